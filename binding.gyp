@@ -1,0 +1,18 @@
+{
+  "targets": [{
+    "target_name": "vugpu_native",
+    "sources": [ "<!@(find native/src native/kernels -name '*.cc' | sort)" ],
+    "include_dirs": [ "<!(node -p \"require('node-addon-api').include_dir\")", "native/include" ],
+    "defines": [ "NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS" ],
+    "cflags!": [ "-fno-exceptions" ],
+    "cflags_cc!": [ "-fno-exceptions", "-std=gnu++17" ],
+    "cflags_cc": [ "-O3", "-std=c++20", "-mavx2", "-mfma", "-fno-strict-aliasing" ],
+    "libraries": [ "-lpthread" ],
+    "conditions": [
+      [ "'<!(test -e /usr/include/x86_64-linux-gnu/cblas.h -o -e /usr/include/cblas.h && echo yes || echo no)'=='yes'", {
+        "defines": [ "VUGPU_HAVE_OPENBLAS=1" ],
+        "libraries": [ "-lopenblas" ]
+      } ]
+    ]
+  }]
+}

@@ -1,0 +1,109 @@
+// Typed view of the node-addon-api addon (native/). The addon knows syscalls and compute
+// kernels only: no protocol, no GPU semantics. Every call that can fail returns a negative
+// errno (number) or throws an Error whose message names the syscall, as documented per call.
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+/** One piece of host memory a native job may touch: a range of an fd-backed mapping. */
+export interface Extent {
+  fd: number;        // memfd (VRAM) or a guest-RAM fd from DMA_MAP
+  offset: number;    // byte offset into the fd (page aligned for map windows)
+  length: number;    // bytes
+}
+
+/** A contiguous host view over scattered extents, made with mmap(MAP_FIXED) per extent. */
+export interface MapWindow {
+  id: number;        // handle for unmapWindow
+  address: bigint;   // base address of the contiguous view
+  length: number;
+}
+
+export interface KernelJob {
+  kernel: number;            // kernel id (docs/hw-spec.md, compute class)
+  windows: bigint[];         // base address of each buffer window, in the kernel's argument order
+  lengths: number[];         // byte length of each window (kernels never touch beyond it)
+  params: Uint8Array;        // kernel parameters (copied at submit)
+}
+
+export interface CopyJob {
+  src: Extent[];             // scatter-gather source (sum of lengths = dst sum)
+  dst: Extent[];
+}
+
+export interface JobCompletion {
+  job: number;               // id returned by submit*
+  status: number;            // 0 ok, negative errno, or -ECANCELED when cancelled
+  deviceNs: number;          // time the job ran on a pool thread, ns
+}
+
+export interface NativeAddon {
+  // ---- UNIX stream sockets with fd passing ----
+  /** socket+bind+listen, non-blocking, CLOEXEC. Removes a stale socket file first. */
+  listenUnix(path: string, backlog: number): number;
+  /** accept4 non-blocking; returns fd, or -EAGAIN (-11) when none is pending. */
+  accept(listenFd: number): number;
+  /** connect (blocking connect, then the fd is set non-blocking if nonblock). */
+  connectUnix(path: string, nonblock: boolean): number;
+  socketpair(): [number, number];
+  setNonblock(fd: number, on: boolean): void;
+  /** recvmsg into buf (up to buf.length); fds received go to fdsOut[1..], fdsOut[0] = count
+   * (or -1 if control data was truncated). Returns bytes (0 = EOF) or -errno. */
+  recvmsg(fd: number, buf: Uint8Array, fdsOut: Int32Array): number;
+  /** one sendmsg with the whole buffer and its fds (SCM_RIGHTS), MSG_NOSIGNAL; loops on partial
+   * writes (fds go with the first chunk). Returns bytes or -errno. */
+  sendmsg(fd: number, data: Uint8Array, fds?: number[]): number;
+  close(fd: number): number;
+  /** uv_poll on the JS thread; cb(status, events) with events bit 1 = readable, 4 = disconnect. */
+  watch(fd: number, cb: (status: number, events: number) => void): number;
+  unwatch(handle: number): void;
+
+  // ---- memory ----
+  memfdCreate(name: string, size: number): number;
+  ftruncate(fd: number, size: number): number;
+  /** mmap MAP_SHARED PROT_READ|PROT_WRITE (or read-only) → external ArrayBuffer, no copy. Throws on failure. */
+  mmap(fd: number, length: number, offset: number, readonly?: boolean): ArrayBuffer;
+  /** Detach the ArrayBuffer and munmap now (does not wait for GC). */
+  munmap(buf: ArrayBuffer): void;
+  addressOf(buf: ArrayBuffer | ArrayBufferView): bigint;
+  /** Reserve a contiguous range and mmap each extent MAP_FIXED|MAP_SHARED in order. */
+  mapWindow(extents: Extent[], readonly: boolean): MapWindow;
+  unmapWindow(id: number): void;
+  /** pread/pwrite on an fd at an offset (for fds without a mapping). Returns bytes or -errno. */
+  pread(fd: number, buf: Uint8Array, offset: number): number;
+  pwrite(fd: number, buf: Uint8Array, offset: number): number;
+
+  // ---- eventfd / misc syscalls ----
+  eventfd(initval: number, nonblock: boolean): number;
+  eventfdWrite(fd: number, value: number): number;
+  eventfdRead(fd: number): number; // value, or -errno (-EAGAIN when non-blocking and zero)
+  open(path: string, flags: number): number;
+  /** ioctl with an integer argument, or with a pointer to buf when buf is given. Returns result or -errno. */
+  ioctl(fd: number, request: number, arg: number | Uint8Array): number;
+  /** Read /proc/self/pagemap entries for count pages starting at virtual address addr. */
+  pagemap(addr: bigint, count: number): BigUint64Array;
+  monotonicNs(): bigint;
+
+  // ---- job pool (copies and compute kernels off the JS thread) ----
+  /** Start the pool: threads (1–8); onComplete is called on the JS thread, batched. */
+  poolStart(threads: number, onComplete: (completions: JobCompletion[]) => void): void;
+  poolStop(): void;
+  submitKernel(job: KernelJob): number;
+  submitCopy(job: CopyJob): number;
+  /** Ask a running or queued job to stop; kernels poll the flag in their outer loops. */
+  cancelJob(job: number): void;
+  /** Run a kernel synchronously on the calling thread (tests and the native bench baseline). */
+  runKernelSync(job: KernelJob): number;
+  /** cblas_sgemm (or the C++ fallback) directly on two input and one output buffer, for the engine bench. */
+  sgemmDirect(m: number, n: number, k: number, a: Float32Array, b: Float32Array, c: Float32Array): void;
+  memcpyDirect(dst: ArrayBuffer, src: ArrayBuffer, length: number): void;
+  haveOpenBlas(): boolean;
+}
+
+const require = createRequire(import.meta.url);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+export const native: NativeAddon = require(path.join(root, 'build/Release/vugpu_native.node'));
+
+export const EAGAIN = 11;
+export const ECANCELED = 125;
