@@ -48,35 +48,50 @@ export interface NativeAddon {
   socketpair(): [number, number];
   setNonblock(fd: number, on: boolean): void;
   /** recvmsg into buf (up to buf.length); fds received go to fdsOut[1..], fdsOut[0] = count
-   * (or -1 if control data was truncated). Returns bytes (0 = EOF) or -errno. */
+   * (or -1 if control data was truncated or there were more fds than fdsOut has room for; the
+   * extra fds are closed). Returns bytes (0 = EOF) or -errno. */
   recvmsg(fd: number, buf: Uint8Array, fdsOut: Int32Array): number;
   /** one sendmsg with the whole buffer and its fds (SCM_RIGHTS), MSG_NOSIGNAL; loops on partial
-   * writes (fds go with the first chunk). Returns bytes or -errno. */
+   * writes (fds go with the first chunk). On a full non-blocking socket it polls for room for up
+   * to 2 s rather than split a message: then -EAGAIN if nothing was sent, -ETIMEDOUT if only part
+   * was (the stream is out of frame). Returns bytes or -errno. */
   sendmsg(fd: number, data: Uint8Array, fds?: number[]): number;
   close(fd: number): number;
-  /** uv_poll on the JS thread; cb(status, events) with events bit 1 = readable, 4 = disconnect. */
+  /** uv_poll on the JS thread; cb(status, events) with events bit 1 = readable, 4 = disconnect.
+   * An exception thrown by cb goes to process 'uncaughtException'. */
   watch(fd: number, cb: (status: number, events: number) => void): number;
+  /** Stop a watcher; idempotent and safe inside its own callback. */
   unwatch(handle: number): void;
 
   // ---- memory ----
   memfdCreate(name: string, size: number): number;
   ftruncate(fd: number, size: number): number;
-  /** mmap MAP_SHARED PROT_READ|PROT_WRITE (or read-only) → external ArrayBuffer, no copy. Throws on failure. */
+  /** mmap MAP_SHARED PROT_READ|PROT_WRITE → external ArrayBuffer, no copy. Throws on failure, and
+   * refuses ranges past the end of a regular file (they would SIGBUS). readonly: a private
+   * copy-on-write mapping (accepts O_RDONLY fds; stray writes stay local and never fault). */
   mmap(fd: number, length: number, offset: number, readonly?: boolean): ArrayBuffer;
   /** Detach the ArrayBuffer and munmap now (does not wait for GC). */
   munmap(buf: ArrayBuffer): void;
   addressOf(buf: ArrayBuffer | ArrayBufferView): bigint;
-  /** Reserve a contiguous range and mmap each extent MAP_FIXED|MAP_SHARED in order. */
+  /** Reserve a contiguous range and mmap each extent MAP_FIXED|MAP_SHARED in order. Offsets and
+   * lengths must be page multiples and lie inside each fd (RangeError / Error otherwise). A guard
+   * page follows the window; readonly windows are private copy-on-write like mmap(readonly). The
+   * caller must not unmapWindow() a window while a submitted job
+   * that uses it has not completed: the addon does not track window users. */
   mapWindow(extents: Extent[], readonly: boolean): MapWindow;
+  /** Unmap a window (idempotent). Detaches the ArrayBuffer from windowBuffer(), if any. */
   unmapWindow(id: number): void;
+  /** External ArrayBuffer over a window, for JS-side access; detached by unmapWindow(). */
+  windowBuffer(id: number): ArrayBuffer;
   /** pread/pwrite on an fd at an offset (for fds without a mapping). Returns bytes or -errno. */
   pread(fd: number, buf: Uint8Array, offset: number): number;
   pwrite(fd: number, buf: Uint8Array, offset: number): number;
 
   // ---- eventfd / misc syscalls ----
   eventfd(initval: number, nonblock: boolean): number;
-  eventfdWrite(fd: number, value: number): number;
+  eventfdWrite(fd: number, value: number): number; // 0 or -errno
   eventfdRead(fd: number): number; // value, or -errno (-EAGAIN when non-blocking and zero)
+  /** open(2) with O_CLOEXEC added (mode 0600 with O_CREAT). Returns fd or -errno. */
   open(path: string, flags: number): number;
   /** ioctl with an integer argument, or with a pointer to buf when buf is given. Returns result or -errno. */
   ioctl(fd: number, request: number, arg: number | Uint8Array): number;

@@ -1,0 +1,62 @@
+// Shared helpers for the addon's system layer: argument validation that throws JS errors
+// (never crashes), errno conventions, and the per-concern registration functions.
+//
+// Conventions (mirrored in src/native.ts):
+//  - Calls that can fail at run time return a negative errno as a JS number.
+//  - Calls that return an object (mmap, mapWindow, pagemap) throw an Error whose message names
+//    the syscall and carries `errno` / `code` properties.
+//  - Malformed JS arguments throw TypeError / RangeError before any syscall is made.
+// Exceptions are disabled (NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS): every helper that fails has
+// already scheduled a JS exception and returns false; callers return immediately.
+#pragma once
+
+#include <napi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+
+namespace vugpu::addon {
+
+// ---- registration (one per source file) ----
+void RegisterSockets(Napi::Env env, Napi::Object exports);
+void RegisterMemory(Napi::Env env, Napi::Object exports);
+void RegisterEvents(Napi::Env env, Napi::Object exports);
+void RegisterPool(Napi::Env env, Napi::Object exports);
+
+// ---- errors ----
+void ThrowTypeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void ThrowRangeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// Error("<syscall>: <strerror> (E...)") with .errno = -err and .code = "E...".
+void ThrowErrno(Napi::Env env, const char* syscall, int err);
+const char* ErrnoName(int err);
+
+// ---- argument helpers: on failure they throw and return false ----
+bool ArgInt(const Napi::CallbackInfo& info, size_t i, const char* name, int64_t min, int64_t max,
+            int64_t* out);
+bool ArgFd(const Napi::CallbackInfo& info, size_t i, int* out);
+bool ArgBool(const Napi::CallbackInfo& info, size_t i, const char* name, bool* out);
+// Absent/undefined → dflt.
+bool ArgOptBool(const Napi::CallbackInfo& info, size_t i, const char* name, bool dflt, bool* out);
+bool ArgString(const Napi::CallbackInfo& info, size_t i, const char* name, std::string* out);
+bool ArgFunction(const Napi::CallbackInfo& info, size_t i, const char* name, Napi::Function* out);
+bool ArgBigAddr(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t* out);
+
+// Integer-valued JS number within [min, max] (no NaN, no fractions).
+bool ValueInt(Napi::Env env, Napi::Value v, const char* name, int64_t min, int64_t max,
+              int64_t* out);
+// Bytes of an ArrayBuffer, any TypedArray, a DataView or a Buffer. data may be null when length 0.
+bool ValueBytes(Napi::Env env, Napi::Value v, const char* name, uint8_t** data, size_t* len);
+
+// Largest safe integer a JS number carries exactly.
+constexpr int64_t kMaxSafe = (int64_t(1) << 53) - 1;
+
+inline uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+inline Napi::Value Errno(Napi::Env env, int err) { return Napi::Number::New(env, -err); }
+
+}  // namespace vugpu::addon
