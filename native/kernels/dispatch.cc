@@ -8,7 +8,7 @@ namespace vugpu {
 namespace {
 
 struct KernelInfo {
-  kern::KernelFn fn;   // nullptr: id reserved but not implemented → -ENOSYS
+  kern::KernelFn fn;
   int nbufs;           // exact number of buffer windows
   size_t min_params;   // bytes of the parameter block the kernel reads
 };
@@ -21,27 +21,27 @@ constexpr KernelInfo kTable[K_COUNT] = {
     /* K_FMADD            */ {kern::k_fmadd, 3, 4},
     /* K_MMUL             */ {kern::k_mmul, 3, 4},
     /* K_FMMUL            */ {kern::k_fmmul, 3, 4},
-    /* K_BACKPROP_FORWARD */ {nullptr, 3, 8},
-    /* K_BACKPROP_ADJUST  */ {nullptr, 4, 16},
-    /* K_BFS              */ {nullptr, 7, 8},
-    /* K_HOTSPOT          */ {nullptr, 3, 32},
-    /* K_LUD_DIAGONAL     */ {nullptr, 1, 12},
-    /* K_LUD_PERIMETER    */ {nullptr, 1, 12},
-    /* K_LUD_INTERNAL     */ {nullptr, 1, 12},
-    /* K_SRAD1            */ {nullptr, 6, 12},
-    /* K_SRAD2            */ {nullptr, 6, 12},
+    /* K_BACKPROP_FORWARD */ {kern::k_bp_forward, 3, 8},
+    /* K_BACKPROP_ADJUST  */ {kern::k_bp_adjust, 4, 16},
+    /* K_BFS              */ {kern::k_bfs, 7, 8},
+    /* K_HOTSPOT          */ {kern::k_hotspot, 3, 32},
+    /* K_LUD_DIAGONAL     */ {kern::k_lud_diagonal, 1, 12},
+    /* K_LUD_PERIMETER    */ {kern::k_lud_perimeter, 1, 12},
+    /* K_LUD_INTERNAL     */ {kern::k_lud_internal, 1, 12},
+    /* K_SRAD1            */ {kern::k_srad1, 6, 12},
+    /* K_SRAD2            */ {kern::k_srad2, 6, 12},
     /* K_MEMSET           */ {kern::k_memset, 1, 16},
 };
 
 }  // namespace
 
 int kernel_buffer_count(uint32_t id) {
-  if (id >= K_COUNT || kTable[id].fn == nullptr) return -1;
+  if (id >= K_COUNT) return -1;
   return kTable[id].nbufs;
 }
 
 int run_kernel(uint32_t id, const KernelCtx& ctx) {
-  if (id >= K_COUNT || kTable[id].fn == nullptr) return -ENOSYS;
+  if (id >= K_COUNT) return -ENOSYS;
   const KernelInfo& k = kTable[id];
   if (ctx.nbufs != k.nbufs) return -EINVAL;
   if (ctx.nparams < k.min_params || (k.min_params > 0 && ctx.params == nullptr)) return -EINVAL;
