@@ -1,0 +1,176 @@
+// The physical vugpu GPU of docs/hw-spec.md, in software: BAR0 registers, VRAM (one memfd),
+// channels, MMU, copy and compute engines. It knows nothing about VMs: the device model or the
+// aggregator drive it through mmioRead/mmioWrite, share vramFd, supply the bus resolver and
+// receive interrupts through a callback.
+import { logger, type Logger } from '../log.ts';
+import { RegisterFile, type RegisterInfo, type RegisterSnapshot } from './regs.ts';
+import { Vram } from './vram.ts';
+import { NO_BUS, type BusResolver } from './bus.ts';
+import { Interrupts, type InterruptSink } from './irq.ts';
+import type { GpuCore } from './core.ts';
+import { pmcRegisters } from './pmc.ts';
+import { ptimerRegisters } from './ptimer.ts';
+import { diagRegisters } from './diag.ts';
+import { PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE } from './spec.ts';
+
+export interface EngineOptions {
+  /** VRAM bytes (multiple of 1 MiB); default 1 GiB. */
+  vramSize?: number;
+  /** Physical channels, 1–128; default 64. */
+  channels?: number;
+  /** Job watchdog in ms; default 10 000. */
+  watchdogMs?: number;
+  /** System-memory resolver; default: nothing mapped. */
+  bus?: BusResolver;
+  /** MSI-X vector sink. */
+  onInterrupt?: InterruptSink;
+  log?: Logger;
+}
+
+/** Offsets that are logged as unimplemented at most this many times (bounded memory). */
+const MAX_LOGGED_UNKNOWN = 256;
+
+export class Engine implements GpuCore {
+  readonly vram: Vram;
+  readonly regs: RegisterFile;
+  readonly irq: Interrupts;
+  readonly log: Logger;
+  bus: BusResolver;
+  private resetAt = process.hrtime.bigint();
+  private unknownLogged = new Set<number>();
+
+  constructor(opts: EngineOptions = {}) {
+    this.log = opts.log ?? logger.child({ part: 'gpu' });
+    this.vram = new Vram(opts.vramSize ?? 1 << 30);
+    this.bus = opts.bus ?? NO_BUS;
+    this.irq = new Interrupts(() => this.regs, opts.onInterrupt ?? (() => {}));
+    const tables: RegisterInfo[] = [
+      ...pmcRegisters(this, { enableChanged: () => {}, busy: () => false }),
+      ...ptimerRegisters(this),
+      ...diagRegisters(this),
+    ];
+    this.regs = new RegisterFile(tables);
+    this.log.info({ vramMiB: this.vram.size >> 20 }, 'gpu engine created');
+  }
+
+  get vramFd(): number {
+    return this.vram.fd;
+  }
+
+  get vramSize(): number {
+    return this.vram.size;
+  }
+
+  set onInterrupt(sink: InterruptSink) {
+    this.irq.sink = sink;
+  }
+
+  timeNs(): bigint {
+    return process.hrtime.bigint() - this.resetAt;
+  }
+
+  /** Device reset: every register to its reset value, all channels unbound. VRAM is kept. */
+  reset(): void {
+    this.regs.reset();
+    this.resetAt = process.hrtime.bigint();
+  }
+
+  // ---- BAR0 ----
+
+  mmioRead(offset: number, size: 8): bigint;
+  mmioRead(offset: number, size: 1 | 2 | 4): number;
+  mmioRead(offset: number, size: number): number | bigint;
+  mmioRead(offset: number, size: number): number | bigint {
+    if (offset >= PRAMIN_WINDOW && offset < PRAMIN_WINDOW + PRAMIN_WINDOW_SIZE) {
+      return this.praminRead(offset - PRAMIN_WINDOW, size);
+    }
+    if (size === 8) {
+      const lo = this.read32(offset);
+      const hi = this.read32(offset + 4);
+      return (BigInt(hi) << 32n) | BigInt(lo);
+    }
+    const v = this.read32(offset & ~3);
+    if (size === 4) return v;
+    const shift = (offset & 3) * 8;
+    return (v >>> shift) & (size === 1 ? 0xff : 0xffff);
+  }
+
+  mmioWrite(offset: number, size: number, value: number | bigint): void {
+    if (offset >= PRAMIN_WINDOW && offset < PRAMIN_WINDOW + PRAMIN_WINDOW_SIZE) {
+      this.praminWrite(offset - PRAMIN_WINDOW, size, value);
+      return;
+    }
+    if (size === 8) {
+      const v = BigInt(value);
+      this.write32(offset, Number(v & 0xffffffffn));
+      this.write32(offset + 4, Number((v >> 32n) & 0xffffffffn));
+      return;
+    }
+    const v = Number(value) >>> 0;
+    if (size === 4) {
+      this.write32(offset, v);
+      return;
+    }
+    // Narrow write: merge into the current value, then take the normal 32-bit path.
+    const base = offset & ~3;
+    const shift = (offset & 3) * 8;
+    const mask = (size === 1 ? 0xff : 0xffff) << shift;
+    const cur = this.regs.has(base) ? this.regs.get(base) : 0;
+    this.write32(base, ((cur & ~mask) | ((v << shift) & mask)) >>> 0);
+  }
+
+  private read32(offset: number): number {
+    const v = this.regs.read(offset);
+    if (v !== undefined) return v;
+    this.unknown(offset, 'read');
+    return 0;
+  }
+
+  private write32(offset: number, value: number): void {
+    if (!this.regs.write(offset, value)) this.unknown(offset, 'write');
+  }
+
+  private unknown(offset: number, kind: string): void {
+    if (this.unknownLogged.size >= MAX_LOGGED_UNKNOWN || this.unknownLogged.has(offset)) return;
+    this.unknownLogged.add(offset);
+    this.log.debug({ offset: `0x${offset.toString(16)}`, kind }, 'access to unimplemented BAR0 offset');
+  }
+
+  // ---- PRAMIN window (hw-spec §3.3) ----
+
+  private praminAddr(off: number, size: number): number | null {
+    const addr = this.regs.get(PRAMIN_BASE) * 0x10000 + off;
+    if (this.vram.contains(addr, size)) return addr;
+    this.unknown(PRAMIN_WINDOW + off, 'pramin-out-of-vram');
+    return null;
+  }
+
+  private praminRead(off: number, size: number): number | bigint {
+    const a = this.praminAddr(off, size);
+    const dv = this.vram.dv;
+    if (size === 8) return a === null ? 0n : dv.getBigUint64(a, true);
+    if (a === null) return 0;
+    return size === 1 ? dv.getUint8(a) : size === 2 ? dv.getUint16(a, true) : dv.getUint32(a, true);
+  }
+
+  private praminWrite(off: number, size: number, value: number | bigint): void {
+    const a = this.praminAddr(off, size);
+    if (a === null) return;
+    const dv = this.vram.dv;
+    if (size === 8) dv.setBigUint64(a, BigInt.asUintN(64, BigInt(value)), true);
+    else if (size === 1) dv.setUint8(a, Number(value) & 0xff);
+    else if (size === 2) dv.setUint16(a, Number(value) & 0xffff, true);
+    else dv.setUint32(a, Number(value) >>> 0, true);
+  }
+
+  // ---- state ----
+
+  snapshotRegisters(): RegisterSnapshot {
+    return this.regs.snapshot();
+  }
+
+  close(): void {
+    this.vram.close();
+    this.log.info('gpu engine closed');
+  }
+}

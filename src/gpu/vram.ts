@@ -1,0 +1,55 @@
+// VRAM: one memfd (shared with BAR1 sparse mmaps and native jobs) plus a CPU mapping for the
+// engine's own small accesses (instance blocks, page tables, semaphores, PRAMIN, PDIAG).
+import { native } from '../native.ts';
+
+export class Vram {
+  readonly fd: number;
+  readonly size: number;
+  readonly u8: Uint8Array;
+  readonly dv: DataView;
+  private buf: ArrayBuffer | null;
+
+  constructor(size: number, name = 'vugpu-vram') {
+    if (!Number.isSafeInteger(size) || size <= 0 || size % (1 << 20) !== 0) {
+      throw new RangeError(`VRAM size must be a positive multiple of 1 MiB, got ${size}`);
+    }
+    const fd = native.memfdCreate(name, size);
+    if (fd < 0) throw new Error(`memfd_create(${name}) failed: errno ${-fd}`);
+    this.fd = fd;
+    this.size = size;
+    this.buf = native.mmap(fd, size, 0);
+    this.u8 = new Uint8Array(this.buf);
+    this.dv = new DataView(this.buf);
+  }
+
+  /** [addr, addr + length) lies inside VRAM. */
+  contains(addr: number, length: number): boolean {
+    return Number.isSafeInteger(addr) && addr >= 0 && length >= 0 && addr + length <= this.size;
+  }
+
+  read32(addr: number): number {
+    return this.dv.getUint32(addr, true);
+  }
+
+  write32(addr: number, value: number): void {
+    this.dv.setUint32(addr, value >>> 0, true);
+  }
+
+  /** A 64-bit little-endian entry as a number (exact below 2^53; callers range-check). */
+  read64(addr: number): number {
+    return this.dv.getUint32(addr, true) + this.dv.getUint32(addr + 4, true) * 0x1_0000_0000;
+  }
+
+  write64(addr: number, value: number): void {
+    this.dv.setUint32(addr, value % 0x1_0000_0000, true);
+    this.dv.setUint32(addr + 4, Math.floor(value / 0x1_0000_0000), true);
+  }
+
+  close(): void {
+    if (this.buf) {
+      native.munmap(this.buf);
+      this.buf = null;
+      native.close(this.fd);
+    }
+  }
+}
