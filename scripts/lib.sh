@@ -60,7 +60,7 @@ hash_files() {
     sort | hash_stdin
 }
 
-# The guest component sources: everything under guest/ except the init scripts and build outputs
+# The guest component sources: everything in guest/<component>/ except the init scripts and build outputs
 # (git's ignore rules when this is a checkout).
 guest_source_files() {
   local repo=$1
@@ -68,7 +68,7 @@ guest_source_files() {
     git -C "$repo" ls-files -co --exclude-standard -- guest
   else
     (cd "$repo" && find guest -type f ! -name '*.o' ! -name '*.ko' ! -name '*.mod*' ! -name '.*.cmd')
-  fi | grep -v '^guest/initramfs/' | while IFS= read -r f; do [[ -f $repo/$f ]] && echo "$f"; done | sort -u
+  fi | grep '^guest/[^/]*/' | grep -v '^guest/initramfs/' | while IFS= read -r f; do [[ -f $repo/$f ]] && echo "$f"; done | sort -u
 }
 
 # ---------------------------------------------------------------- mounts
