@@ -60,7 +60,7 @@ export interface NativeAddon {
   /** uv_poll on the JS thread; cb(status, events) with events bit 1 = readable, 4 = disconnect.
    * An exception thrown by cb goes to process 'uncaughtException'. */
   watch(fd: number, cb: (status: number, events: number) => void): number;
-  /** Stop a watcher; idempotent and safe inside its own callback. */
+  /** Stop a watcher; idempotent and safe inside its own callback. Unwatch before closing the fd. */
   unwatch(handle: number): void;
 
   // ---- memory ----
@@ -100,18 +100,37 @@ export interface NativeAddon {
   monotonicNs(): bigint;
 
   // ---- job pool (copies and compute kernels off the JS thread) ----
-  /** Start the pool: threads (1–8); onComplete is called on the JS thread, batched. */
+  /** Start the pool: threads (1–8); onComplete is called on the JS thread, batched. One pool per
+   * process: a second poolStart throws until poolStop. The pool keeps the event loop alive only
+   * while jobs are in flight. */
   poolStart(threads: number, onComplete: (completions: JobCompletion[]) => void): void;
+  /** Cancel queued and running jobs, join the threads, deliver the remaining completions
+   * synchronously (so every submitted job is reported), and drop the copy mapping cache.
+   * Idempotent; the pool can be started again. */
   poolStop(): void;
+  /** Queue a kernel. windows/lengths are trusted host ranges (from mapWindow, mmap or addressOf)
+   * that must stay mapped until the job completes. Kernel-side errors (unknown id, wrong buffer
+   * count, sizes) come back as the completion status. Throws only on malformed arguments. */
   submitKernel(job: KernelJob): number;
+  /** Queue a scatter-gather copy (src and dst byte sums must match: RangeError). Each file is
+   * mapped whole once and cached by inode (so repeated copies run at memcpy speed); fd problems
+   * complete with a status: -EBADF, -EINVAL (not a regular file), -EFAULT (past the end of the
+   * file), -EACCES (dst fd opened read-only). The fds are only used during this call. */
   submitCopy(job: CopyJob): number;
-  /** Ask a running or queued job to stop; kernels poll the flag in their outer loops. */
+  /** Ask a running or queued job to stop; kernels poll the flag in their outer loops. A queued
+   * job completes with -ECANCELED and deviceNs 0 without running; unknown ids are ignored. */
   cancelJob(job: number): void;
+  /** Drop the copy engine's cached mapping of fd's file (call when guest memory goes away, e.g.
+   * DMA_UNMAP or disconnect, before closing the fd) so its pages can be freed; jobs in flight
+   * keep their own reference.
+   * Returns 0 or -errno. */
+  forgetFd(fd: number): number;
   /** Run a kernel synchronously on the calling thread (tests and the native bench baseline). */
   runKernelSync(job: KernelJob): number;
   /** cblas_sgemm (or the C++ fallback) directly on two input and one output buffer, for the engine bench. */
   sgemmDirect(m: number, n: number, k: number, a: Float32Array, b: Float32Array, c: Float32Array): void;
-  memcpyDirect(dst: ArrayBuffer, src: ArrayBuffer, length: number): void;
+  /** memmove(dst, src, length) between two buffers (ArrayBuffer or views); RangeError if too long. */
+  memcpyDirect(dst: ArrayBuffer | ArrayBufferView, src: ArrayBuffer | ArrayBufferView, length: number): void;
   haveOpenBlas(): boolean;
 }
 
