@@ -60,7 +60,7 @@ export class LineSplitter {
 /** QEMU stderr lines that are known to be harmless with a working vfio-user server. */
 export const HARMLESS_QEMU_STDERR: RegExp[] = [
   // The device reports no ERR irq; QEMU only warns (feasibility.md §1).
-  /warning: vfio [^:]*: Could not enable error recovery for the device/,
+  /warning: vfio \S+: Could not enable error recovery for the device\s*$/,
 ];
 
 /** vfio/vfio-user lines in QEMU's stderr that are not on the whitelist. */
