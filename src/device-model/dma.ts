@@ -1,0 +1,286 @@
+// DMA map table: the client's guest-physical (IOVA) ranges and the fds behind them.
+//
+// Rules (libvfio-user's dma_controller_add_region / remove_region, which QEMU is tested with):
+// - an identical re-map (same address, size, file offset, protection and file) is a no-op and
+//   the new fd is closed; any other overlap is EINVAL (the spec says EEXIST; libvfio-user and
+//   therefore every client in practice expects EINVAL);
+// - unmap must match an earlier map exactly, else ENOENT; UNMAP_ALL drops everything;
+// - too many maps or an oversized map is ENOSPC.
+// fd-backed maps are mmapped (MAP_SHARED) when accepted, which also validates the fd; QEMU
+// maps all guest RAM (512 MiB+) with one fd, which is just address space. fd-less maps are
+// recorded but cannot be translated (message DMA is broken in QEMU's client, see notes).
+
+import { fstatSync } from 'node:fs';
+import { native, type Extent } from '../native.ts';
+import { Errno } from './protocol.ts';
+
+const PAGE = 4096;
+/** Largest accepted map (libvfio-user caps at 8 TiB on x86-64). */
+export const DMA_MAX_MAP_SIZE = 2 ** 43;
+/** Addresses must stay exact as JS numbers. */
+const ADDR_LIMIT = 2 ** 53;
+
+export interface DmaMapRequest {
+  addr: number;
+  size: number;
+  offset: number; // file offset of `addr`
+  readable: boolean;
+  writable: boolean;
+  fd: number; // -1: no fd
+}
+
+/** What callbacks and describe() see: plain data. */
+export interface DmaMappingInfo {
+  addr: number;
+  size: number;
+  offset: number;
+  readable: boolean;
+  writable: boolean;
+  hasFd: boolean;
+}
+
+interface Mapping extends DmaMappingInfo {
+  fd: number;
+  /** mmap of the pages covering [offset, offset+size); null for fd-less maps. */
+  ab: ArrayBuffer | null;
+  delta: number; // offset of `addr`'s byte within ab
+}
+
+export type DmaFaultKind = 'unmapped' | 'no-fd' | 'read-only' | 'write-only' | 'invalid' | 'discontiguous';
+
+export interface DmaFault {
+  kind: DmaFaultKind;
+  address: number;
+  message: string;
+}
+
+export type TranslateResult = { ok: true; extents: Extent[] } | { ok: false; fault: DmaFault };
+export type ViewResult = { ok: true; bytes: Uint8Array } | { ok: false; fault: DmaFault };
+
+export interface DmaTableOptions {
+  maxMaps?: number;
+  onMapped?: (m: DmaMappingInfo) => void;
+  onUnmapped?: (m: DmaMappingInfo) => void;
+}
+
+export class DmaTable {
+  private readonly maps: Mapping[] = []; // sorted by addr, non-overlapping
+  readonly maxMaps: number;
+  private readonly onMapped?: (m: DmaMappingInfo) => void;
+  private readonly onUnmapped?: (m: DmaMappingInfo) => void;
+
+  constructor(opts: DmaTableOptions = {}) {
+    this.maxMaps = opts.maxMaps ?? 65535;
+    this.onMapped = opts.onMapped;
+    this.onUnmapped = opts.onUnmapped;
+  }
+
+  get count(): number {
+    return this.maps.length;
+  }
+
+  /**
+   * Add a map. Returns 0 or a positive errno. On success the table owns req.fd (also when the
+   * map was an identical re-map: the duplicate fd is closed). On error the caller keeps the fd.
+   */
+  map(req: DmaMapRequest): number {
+    const { addr, size, offset } = req;
+    if (size === 0 || !Number.isSafeInteger(addr) || !Number.isSafeInteger(size) || !Number.isSafeInteger(offset)) {
+      return Errno.EINVAL;
+    }
+    if (size > DMA_MAX_MAP_SIZE) return Errno.ENOSPC;
+    if (addr + size > ADDR_LIMIT) return Errno.EINVAL;
+    const i = this.lowerBound(addr);
+    // Candidates for overlap: the map before addr and the map at/after addr.
+    const prev = i > 0 ? this.maps[i - 1] : undefined;
+    const next = this.maps[i];
+    if (next && next.addr === addr && next.size === size) {
+      if (next.offset !== offset || next.readable !== req.readable || next.writable !== req.writable) return Errno.EINVAL;
+      if (!sameFile(next.fd, req.fd)) return Errno.EINVAL;
+      if (req.fd >= 0) native.close(req.fd);
+      return 0;
+    }
+    if ((prev && prev.addr + prev.size > addr) || (next && next.addr < addr + size)) return Errno.EINVAL;
+    if (this.maps.length >= this.maxMaps) return Errno.ENOSPC;
+
+    let ab: ArrayBuffer | null = null;
+    let delta = 0;
+    if (req.fd >= 0) {
+      const base = offset - (offset % PAGE);
+      delta = offset - base;
+      const length = Math.ceil((delta + size) / PAGE) * PAGE;
+      try {
+        ab = native.mmap(req.fd, length, base, !req.writable);
+      } catch {
+        return Errno.EINVAL; // not mappable (wrong fd type, beyond EOF permissions, ...)
+      }
+    }
+    const m: Mapping = {
+      addr,
+      size,
+      offset,
+      readable: req.readable,
+      writable: req.writable,
+      hasFd: req.fd >= 0,
+      fd: req.fd,
+      ab,
+      delta,
+    };
+    this.maps.splice(i, 0, m);
+    this.onMapped?.(info(m));
+    return 0;
+  }
+
+  /** Remove the map that exactly matches [addr, addr+size). Returns 0 or ENOENT. */
+  unmap(addr: number, size: number): number {
+    const i = this.lowerBound(addr);
+    const m = this.maps[i];
+    if (!m || m.addr !== addr || m.size !== size) return Errno.ENOENT;
+    this.maps.splice(i, 1);
+    this.release(m);
+    return 0;
+  }
+
+  /** Drop every map (UNMAP_ALL, disconnect). */
+  unmapAll(): void {
+    const all = this.maps.splice(0, this.maps.length);
+    for (const m of all) this.release(m);
+  }
+
+  /**
+   * Resolve [gpa, gpa+len) to fd extents, following adjacent maps. Fails on a gap, an fd-less
+   * map, or a write to a read-only map. The extents' fds belong to the table: valid until the
+   * map's onUnmapped callback.
+   */
+  translate(gpa: number, len: number, write: boolean): TranslateResult {
+    if (!(len > 0) || !Number.isSafeInteger(gpa) || !Number.isSafeInteger(len) || gpa + len > ADDR_LIMIT) {
+      return fail('invalid', gpa, `invalid DMA range ${hex(gpa)}+${len}`);
+    }
+    const extents: Extent[] = [];
+    let at = gpa;
+    const end = gpa + len;
+    let i = this.indexOf(at);
+    while (at < end) {
+      const m = i >= 0 ? this.maps[i] : undefined;
+      if (!m || m.addr > at || m.addr + m.size <= at) return fail('unmapped', at, `no DMA map covers ${hex(at)}`);
+      const f = check(m, at, write);
+      if (f) return { ok: false, fault: f };
+      const n = Math.min(end, m.addr + m.size) - at;
+      const off = m.offset + (at - m.addr);
+      const last = extents[extents.length - 1];
+      if (last && last.fd === m.fd && last.offset + last.length === off) last.length += n;
+      else extents.push({ fd: m.fd, offset: off, length: n });
+      at += n;
+      i++;
+    }
+    return { ok: true, extents };
+  }
+
+  /** A live CPU view of [gpa, gpa+len), which must lie within one fd-backed map. The view is
+   * detached (length 0) once the map goes away. */
+  view(gpa: number, len: number, write = false): ViewResult {
+    const i = this.indexOf(gpa);
+    const m = i >= 0 ? this.maps[i] : undefined;
+    if (!m || m.addr > gpa || m.addr + m.size <= gpa) return fail('unmapped', gpa, `no DMA map covers ${hex(gpa)}`);
+    const f = check(m, gpa, write);
+    if (f) return { ok: false, fault: f };
+    if (!(len >= 0) || gpa + len > m.addr + m.size) {
+      return fail('discontiguous', m.addr + m.size, `range ${hex(gpa)}+${len} leaves the map at ${hex(m.addr)}`);
+    }
+    return { ok: true, bytes: new Uint8Array(m.ab!, m.delta + (gpa - m.addr), len) };
+  }
+
+  /** Copy guest memory at gpa into dst (across adjacent maps). Returns null or the fault. */
+  read(gpa: number, dst: Uint8Array): DmaFault | null {
+    return this.copy(gpa, dst, false);
+  }
+
+  /** Copy src into guest memory at gpa (across adjacent maps). Returns null or the fault. */
+  write(gpa: number, src: Uint8Array): DmaFault | null {
+    return this.copy(gpa, src, true);
+  }
+
+  /** Plain, serializable description of the table. */
+  describe(): DmaMappingInfo[] {
+    return this.maps.map(info);
+  }
+
+  private copy(gpa: number, buf: Uint8Array, write: boolean): DmaFault | null {
+    let done = 0;
+    while (done < buf.length) {
+      const at = gpa + done;
+      const i = this.indexOf(at);
+      const m = i >= 0 ? this.maps[i] : undefined;
+      if (!m || m.addr > at || m.addr + m.size <= at) return fault('unmapped', at, `no DMA map covers ${hex(at)}`);
+      const f = check(m, at, write);
+      if (f) return f;
+      const n = Math.min(buf.length - done, m.addr + m.size - at);
+      const mem = new Uint8Array(m.ab!, m.delta + (at - m.addr), n);
+      if (write) mem.set(buf.subarray(done, done + n));
+      else buf.set(mem, done);
+      done += n;
+    }
+    return null;
+  }
+
+  private release(m: Mapping): void {
+    this.onUnmapped?.(info(m));
+    if (m.ab) native.munmap(m.ab);
+    if (m.fd >= 0) native.close(m.fd);
+    m.ab = null;
+  }
+
+  /** First index whose addr >= a. */
+  private lowerBound(a: number): number {
+    let lo = 0;
+    let hi = this.maps.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.maps[mid]!.addr < a) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** Index of the last map whose addr <= a (-1 if none). */
+  private indexOf(a: number): number {
+    const i = this.lowerBound(a);
+    if (i < this.maps.length && this.maps[i]!.addr === a) return i;
+    return i - 1;
+  }
+}
+
+function info(m: Mapping): DmaMappingInfo {
+  return { addr: m.addr, size: m.size, offset: m.offset, readable: m.readable, writable: m.writable, hasFd: m.hasFd };
+}
+
+function check(m: Mapping, at: number, write: boolean): DmaFault | null {
+  if (m.fd < 0) return fault('no-fd', at, `DMA map at ${hex(m.addr)} has no fd (message DMA is not supported)`);
+  if (write && !m.writable) return fault('read-only', at, `DMA map at ${hex(m.addr)} is read-only`);
+  if (!write && !m.readable) return fault('write-only', at, `DMA map at ${hex(m.addr)} is not readable`);
+  return null;
+}
+
+function fault(kind: DmaFaultKind, address: number, message: string): DmaFault {
+  return { kind, address, message };
+}
+
+function fail(kind: DmaFaultKind, address: number, message: string): { ok: false; fault: DmaFault } {
+  return { ok: false, fault: fault(kind, address, message) };
+}
+
+function hex(n: number): string {
+  return `0x${n.toString(16)}`;
+}
+
+/** Same underlying file (libvfio-user fd_cache_is_same_file), or both absent. */
+function sameFile(a: number, b: number): boolean {
+  if (a < 0 || b < 0) return a < 0 && b < 0;
+  try {
+    const sa = fstatSync(a, { bigint: true });
+    const sb = fstatSync(b, { bigint: true });
+    return sa.dev === sb.dev && sa.ino === sb.ino;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,39 @@
+// Public API of the device model: declare a PCI device, serve it over vfio-user, and (for
+// tests and benchmarks) talk to it with the TypeScript client.
+
+export { Server, Listener, type ServerOptions } from './server.ts';
+export { PciDevice, DeclarationError, validateDeclaration, type RegionInfo } from './device.ts';
+export type {
+  BarKind,
+  CapabilityDeclaration,
+  DeviceCallbacks,
+  DeviceDeclaration,
+  IrqCounts,
+  MsixDeclaration,
+  PciIdentity,
+  PcieDeviceType,
+  RegionBacking,
+  RegionDeclaration,
+  RegionHandler,
+  ResetReason,
+  SparseArea,
+} from './declaration.ts';
+export { Endpoint, maxMessageSize, type EndpointOptions, type EndpointStats } from './endpoint.ts';
+export { SocketTransport, type Transport, type TransportSink, type CloseReason, type CloseKind } from './transport.ts';
+export { MessageFramer, FramingError, type IncomingMessage } from './framing.ts';
+export { ConfigSpace, type ConfigState, type ConfigWriteHook } from './config-space.ts';
+export { buildConfigLayout, PciReg, PciCommand, PciStatus, PciCapId, type ConfigLayout, type ConfigField } from './config-layout.ts';
+export {
+  DmaTable,
+  DMA_MAX_MAP_SIZE,
+  type DmaMapRequest,
+  type DmaMappingInfo,
+  type DmaFault,
+  type DmaFaultKind,
+  type TranslateResult,
+  type ViewResult,
+} from './dma.ts';
+export { IrqController, type IrqSetRequest, type IrqState, type VectorStats } from './irq.ts';
+export { DEFAULT_SERVER_CAPS, type ServerCapabilities, type ClientCapabilities } from './version.ts';
+export { VfioUserClient, VfioUserError, QEMU_VERSION_JSON, type Reply, type RegionInfoResult } from './client.ts';
+export * as protocol from './protocol.ts';

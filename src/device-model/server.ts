@@ -1,0 +1,129 @@
+// The vfio-user server: one process object listening on any number of UNIX sockets, one per
+// device (one per VM). Each accepted connection becomes an Endpoint bound to that socket's
+// device. One client at a time per device: a second connection is refused (closed) while the
+// first is alive. When a client goes away the device loses its maps and IRQ fds, is reset, and
+// the socket accepts the next client.
+
+import { rmSync } from 'node:fs';
+import { native, EAGAIN } from '../native.ts';
+import { logger } from '../log.ts';
+import { PciDevice } from './device.ts';
+import type { DeviceDeclaration } from './declaration.ts';
+import { Endpoint, maxMessageSize } from './endpoint.ts';
+import { SocketTransport } from './transport.ts';
+import { DEFAULT_SERVER_CAPS, type ServerCapabilities } from './version.ts';
+
+export interface ServerOptions {
+  caps?: ServerCapabilities;
+}
+
+export class Listener {
+  readonly path: string;
+  readonly device: PciDevice;
+  private readonly server: Server;
+  private readonly fd: number;
+  private watchHandle: number;
+  private current: Endpoint | null = null;
+  private connections = 0;
+  private closed = false;
+
+  constructor(server: Server, path: string, device: PciDevice) {
+    this.server = server;
+    this.path = path;
+    this.device = device;
+    const fd = native.listenUnix(path, 4);
+    if (fd < 0) throw new Error(`listen on ${path} failed: errno ${-fd}`);
+    this.fd = fd;
+    this.watchHandle = native.watch(fd, (status) => this.onAcceptable(status));
+    logger.info({ device: device.name, path }, 'vfio-user socket listening');
+  }
+
+  /** The connected endpoint, if a client is attached. */
+  get endpoint(): Endpoint | null {
+    return this.current;
+  }
+
+  /** Number of connections accepted so far. */
+  get accepted(): number {
+    return this.connections;
+  }
+
+  /** Stop listening and drop the client (if any). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    native.unwatch(this.watchHandle);
+    this.watchHandle = -1;
+    native.close(this.fd);
+    rmSync(this.path, { force: true });
+    this.current?.close('server shutting down');
+    this.device.dispose();
+    logger.info({ device: this.device.name, path: this.path }, 'vfio-user socket closed');
+  }
+
+  private onAcceptable(status: number): void {
+    if (this.closed) return;
+    if (status < 0) {
+      logger.error({ path: this.path, status }, 'listening socket poll error');
+      return;
+    }
+    for (;;) {
+      const fd = native.accept(this.fd);
+      if (fd === -EAGAIN) return;
+      if (fd < 0) {
+        logger.error({ path: this.path, errno: -fd }, 'accept failed');
+        return;
+      }
+      if (this.current !== null) {
+        logger.warn({ device: this.device.name, path: this.path }, 'refusing a second client while one is connected');
+        native.close(fd);
+        continue;
+      }
+      this.connections++;
+      const name = `${this.path}#${this.connections}`;
+      const transport = new SocketTransport(fd, { name, maxMessageSize: maxMessageSize(this.server.caps) });
+      const ep = new Endpoint(this.device, transport, {
+        caps: this.server.caps,
+        onClose: () => {
+          if (this.current === ep) this.current = null;
+        },
+      });
+      this.current = ep;
+      logger.info({ device: this.device.name, connection: name }, 'client connected');
+      ep.start();
+    }
+  }
+}
+
+export class Server {
+  readonly caps: ServerCapabilities;
+  private readonly listeners = new Map<string, Listener>();
+
+  constructor(opts: ServerOptions = {}) {
+    this.caps = opts.caps ?? DEFAULT_SERVER_CAPS;
+  }
+
+  /** Serve a device on a UNIX socket path (a stale socket file is replaced). */
+  listen(path: string, device: PciDevice | DeviceDeclaration): Listener {
+    if (this.listeners.has(path)) throw new Error(`already listening on ${path}`);
+    const dev = device instanceof PciDevice ? device : new PciDevice(device);
+    const l = new Listener(this, path, dev);
+    this.listeners.set(path, l);
+    return l;
+  }
+
+  listener(path: string): Listener | undefined {
+    return this.listeners.get(path);
+  }
+
+  /** Stop serving one path. */
+  unlisten(path: string): void {
+    this.listeners.get(path)?.close();
+    this.listeners.delete(path);
+  }
+
+  close(): void {
+    for (const l of this.listeners.values()) l.close();
+    this.listeners.clear();
+  }
+}
