@@ -1,0 +1,64 @@
+// Mode `pt`: one VM drives the engine directly, as with VFIO pass-through. BAR0 goes straight
+// to the engine's registers, BAR1 is the whole VRAM memfd (mmapped), the engine's bus addresses
+// are the VM's guest-physical addresses resolved through its DMA map, and engine interrupts
+// are the VM's MSI-X vectors. No mediation, so only one VM may use the engine this way.
+import { PciDevice } from '../device-model/device.ts';
+import type { Engine } from '../gpu/engine.ts';
+import type { BusResolver, Extent } from '../gpu/bus.ts';
+import { logger } from '../log.ts';
+import { gpuFunctionDeclaration } from './gpu-function.ts';
+
+/** The counters pass-through keeps (a subset of the per-VM metrics). */
+export interface MmioCounters {
+  mmioReads: number;
+  mmioWrites: number;
+}
+
+export class PassthroughVgpu {
+  readonly name: string;
+  readonly device: PciDevice;
+  readonly engine: Engine;
+  private readonly counters: MmioCounters | undefined;
+
+  constructor(name: string, engine: Engine, counters?: MmioCounters) {
+    this.name = name;
+    this.engine = engine;
+    this.counters = counters;
+    const c = counters;
+    this.device = new PciDevice(
+      gpuFunctionDeclaration({
+        name,
+        bar0: {
+          read: (off, size) => {
+            if (c) c.mmioReads++;
+            return engine.mmioRead(off, size);
+          },
+          write: (off, size, value) => {
+            if (c) c.mmioWrites++;
+            engine.mmioWrite(off, size, value);
+          },
+        },
+        bar1Size: engine.vramSize,
+        bar1Backing: { fd: engine.vramFd, offset: 0 },
+        callbacks: {
+          reset: (reason) => {
+            logger.info({ vm: name, reason }, 'pt: device reset');
+            engine.reset();
+          },
+          disconnected: (reason) => logger.info({ vm: name, reason }, 'pt: client gone'),
+        },
+      }),
+    );
+    const dma = this.device.dma;
+    const bus: BusResolver = {
+      resolve(busAddr: number, length: number, write: boolean): Extent[] | null {
+        const r = dma.translate(busAddr, length, write);
+        return r.ok ? r.extents : null;
+      },
+    };
+    engine.bus = bus;
+    engine.onInterrupt = (vector) => {
+      this.device.irq.msix(vector);
+    };
+  }
+}
