@@ -97,5 +97,8 @@ int gemm_f32(int m, int n, int k, float alpha, const float* a, int lda, const fl
              float beta, float* c, int ldc, const std::atomic<bool>* cancel);
 // The C++ loop alone (C = A·B, dense), whatever the build: lets a benchmark time both paths.
 int gemm_f32_fallback(int m, int n, int k, const float* a, const float* b, float* c);
+// u32 C[n×n] = A·B mod 2^32 with the same packed loop (K_MMUL).
+int gemm_u32(int n, const uint32_t* a, const uint32_t* b, uint32_t* c,
+             const std::atomic<bool>* cancel);
 
 }  // namespace vugpu::kern

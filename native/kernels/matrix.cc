@@ -35,34 +35,6 @@ int add_kernel(const KernelCtx& c) {
   return 0;
 }
 
-// u32 C = A·B modulo 2^32. i-k-j order over (k, j) blocks that keep the B block in L2; the j loop
-// is a vectorised multiply-add over a contiguous C row segment.
-constexpr uint64_t kKBlock = 128;
-constexpr uint64_t kJBlock = 512;  // 128×512 u32 = 256 KiB of B per block
-
-int mmul_u32(uint64_t n, const uint32_t* __restrict a, const uint32_t* __restrict b,
-             uint32_t* __restrict out, const KernelCtx& c) {
-  std::fill_n(out, n * n, 0u);
-  for (uint64_t j0 = 0; j0 < n; j0 += kJBlock) {
-    const uint64_t j1 = std::min(n, j0 + kJBlock);
-    for (uint64_t k0 = 0; k0 < n; k0 += kKBlock) {
-      const uint64_t k1 = std::min(n, k0 + kKBlock);
-      for (uint64_t i = 0; i < n; i++) {
-        // ≤ 64 K multiply-adds per row block: polling here is far finer than needed, and cheap.
-        if ((i & 15) == 0 && cancelled(c)) return -ECANCELED;
-        uint32_t* crow = out + i * n;
-        const uint32_t* arow = a + i * n;
-        for (uint64_t k = k0; k < k1; k++) {
-          const uint32_t aik = arow[k];
-          const uint32_t* brow = b + k * n;
-          for (uint64_t j = j0; j < j1; j++) crow[j] += aik * brow[j];
-        }
-      }
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
 int k_madd(const KernelCtx& c) { return add_kernel<uint32_t>(c); }
@@ -72,7 +44,9 @@ int k_mmul(const KernelCtx& c) {
   uint64_t n;
   if (!square_dims(c, &n)) return -EINVAL;
   if (overlap(c, 2, 0) || overlap(c, 2, 1)) return -EINVAL;  // C is written while A, B are read
-  return mmul_u32(n, buf<uint32_t>(c, 0), buf<uint32_t>(c, 1), buf<uint32_t>(c, 2), c);
+  // The packed GEMM loop on u32 lanes (gemm.cc): same blocking as the f32 fallback.
+  return gemm_u32(static_cast<int>(n), buf<uint32_t>(c, 0), buf<uint32_t>(c, 1),
+                  buf<uint32_t>(c, 2), c.cancel);
 }
 
 int k_fmmul(const KernelCtx& c) {
