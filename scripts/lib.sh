@@ -76,8 +76,9 @@ guest_source_files() {
 MOUNTED=()
 mount_one() { # mount args... ; last arg is the mount point
   local target=${*: -1}
-  mountpoint -q "$target" && return 0
-  mount "$@"
+  # Already mounted: left by a run that was SIGKILLed (setup holds the cache lock, so no live
+  # setup owns it). Adopt it so that it is unmounted on exit like our own.
+  mountpoint -q "$target" || mount "$@"
   MOUNTED+=("$target")
 }
 mount_chroot() {
