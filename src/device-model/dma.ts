@@ -226,7 +226,10 @@ export class DmaTable {
   private release(m: Mapping): void {
     this.onUnmapped?.(info(m));
     if (m.ab) native.munmap(m.ab);
-    if (m.fd >= 0) native.close(m.fd);
+    if (m.fd >= 0) {
+      native.forgetFd(m.fd); // the copy engine may cache a mapping of this file
+      native.close(m.fd);
+    }
     m.ab = null;
   }
 
