@@ -1,0 +1,77 @@
+// Drives a SchedulerPolicy: one submission on the device at a time. It owns the only timer a
+// policy needs (the wait of a { waitUntil } decision) through a host interface, so the same
+// code runs against the engine with real timers and against a simulated device with a virtual
+// clock in tests.
+import type { SchedulerPolicy, VmId } from './types.ts';
+import { isWait } from './types.ts';
+
+export interface DispatcherHost<T = unknown> {
+  /** Current time, ns (same clock for every call). */
+  now(): number;
+  /** Submit vm's head doorbell to the engine; the engine later reports completion. */
+  submit(vm: VmId): void;
+  /** Call cb at (or soon after) atNs; returns a handle for cancelTimer. */
+  setTimer(atNs: number, cb: () => void): T;
+  cancelTimer(handle: T): void;
+}
+
+export class Dispatcher<T = unknown> {
+  readonly policy: SchedulerPolicy;
+  private readonly host: DispatcherHost<T>;
+  private timer: T | null = null;
+  private timerAt = 0;
+  private readonly onTimer = (): void => {
+    this.timer = null;
+    this.kick();
+  };
+
+  constructor(policy: SchedulerPolicy, host: DispatcherHost<T>) {
+    this.policy = policy;
+    this.host = host;
+  }
+
+  /** A guest doorbell: the VM has one more submission. */
+  doorbell(vm: VmId): void {
+    this.policy.enqueue(vm, this.host.now());
+    this.kick();
+  }
+
+  /** The engine reported vm's submission done (channel idle) after deviceNs of device time. */
+  complete(vm: VmId, deviceNs: number): void {
+    this.policy.onComplete(vm, deviceNs, this.host.now());
+    this.kick();
+  }
+
+  get busy(): boolean {
+    return this.policy.running !== null;
+  }
+
+  /** Make a scheduling decision if the device is idle. */
+  kick(): void {
+    if (this.policy.running !== null) return;
+    const now = this.host.now();
+    const pick = this.policy.pickNext(now);
+    if (pick === null) return this.clearTimer();
+    if (isWait(pick)) {
+      if (this.timer !== null && this.timerAt === pick.waitUntil) return;
+      this.clearTimer();
+      this.timerAt = pick.waitUntil;
+      this.timer = this.host.setTimer(pick.waitUntil, this.onTimer);
+      return;
+    }
+    this.clearTimer();
+    this.host.submit(pick);
+  }
+
+  /** Stop the pending timer (shutdown). */
+  close(): void {
+    this.clearTimer();
+  }
+
+  private clearTimer(): void {
+    if (this.timer !== null) {
+      this.host.cancelTimer(this.timer);
+      this.timer = null;
+    }
+  }
+}

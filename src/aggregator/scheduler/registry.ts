@@ -1,0 +1,42 @@
+// Policies by name, chosen at run time (CLI flag / config file).
+import { BandPolicy } from './band.ts';
+import type { BandConfig } from './band.ts';
+import { CreditPolicy } from './credit.ts';
+import type { CreditPolicyConfig } from './credit.ts';
+import { FifoPolicy } from './fifo.ts';
+import type { FifoConfig } from './fifo.ts';
+import type { SchedulerPolicy } from './types.ts';
+import { WeightedPolicy } from './weighted.ts';
+import type { WeightedConfig } from './weighted.ts';
+
+export interface PolicyConfigs {
+  fifo: FifoConfig;
+  credit: CreditPolicyConfig;
+  band: BandConfig;
+  weighted: WeightedConfig;
+}
+
+export type PolicyName = keyof PolicyConfigs;
+
+const factories: { [K in PolicyName]: (config: PolicyConfigs[K]) => SchedulerPolicy } = {
+  fifo: (c) => new FifoPolicy(c),
+  credit: (c) => new CreditPolicy(c),
+  band: (c) => new BandPolicy(c),
+  weighted: (c) => new WeightedPolicy(c),
+};
+
+export const policyNames: readonly PolicyName[] = Object.freeze(Object.keys(factories) as PolicyName[]);
+
+export function isPolicyName(name: string): name is PolicyName {
+  return Object.hasOwn(factories, name);
+}
+
+/** Build a policy by name; throws an Error listing the known names for an unknown one. */
+export function createPolicy<K extends PolicyName>(name: K, config?: PolicyConfigs[K]): SchedulerPolicy;
+export function createPolicy(name: string, config?: object): SchedulerPolicy;
+export function createPolicy(name: string, config: object = {}): SchedulerPolicy {
+  if (!isPolicyName(name)) {
+    throw new Error(`unknown scheduler policy "${name}" (known: ${policyNames.join(', ')})`);
+  }
+  return (factories[name] as (c: object) => SchedulerPolicy)(config);
+}
