@@ -1,6 +1,7 @@
 // Unit tests of the scheduling policies, driven call by call with explicit times (ns).
 import { describe, expect, it } from 'vitest';
 import { BandPolicy } from '../../src/aggregator/scheduler/band.ts';
+import { Dispatcher, nodeHost } from '../../src/aggregator/scheduler/dispatcher.ts';
 import { CreditPolicy } from '../../src/aggregator/scheduler/credit.ts';
 import { createPolicy, isPolicyName, policyNames } from '../../src/aggregator/scheduler/registry.ts';
 import type { SchedulerPolicy } from '../../src/aggregator/scheduler/types.ts';
@@ -322,5 +323,45 @@ describe('weighted (GVT-g time slices)', () => {
     expect(p.state().vms['a']!.leftNs).toBeLessThan(0);
     expect(p.pickNext(81 * MS)).toEqual({ waitUntil: 100 * MS }); // b still active
     expect(p.pickNext(95 * MS)).toBe('a'); // b idle past the grace time: a is alone
+  });
+});
+
+describe('dispatcher on Node timers', () => {
+  function yieldingSetup(): { d: Dispatcher; submitted: string[] } {
+    const p = new BandPolicy({ yieldNs: 3 * MS });
+    const submitted: string[] = [];
+    const d = new Dispatcher(p, nodeHost((vm) => submitted.push(vm)));
+    p.addVm('light', { weight: 1 }, 0);
+    p.addVm('hog', { weight: 1 }, 0);
+    d.doorbell('light');
+    d.doorbell('hog');
+    d.doorbell('hog');
+    expect(submitted).toEqual(['light']);
+    d.complete('light', 1 * MS);
+    expect(submitted).toEqual(['light', 'hog']);
+    d.doorbell('light');
+    expect(d.busy).toBe(true);
+    d.complete('hog', 100 * MS); // reported device time: hog is now far over its share
+    expect(submitted.at(-1)).toBe('light');
+    d.complete('light', 1 * MS); // light is under its share: the device waits for it
+    expect(d.busy).toBe(false);
+    expect(submitted.at(-1)).toBe('light');
+    return { d, submitted };
+  }
+
+  it('a yield wait ends by its timer and the device goes to the waiting VM', async () => {
+    const { d, submitted } = yieldingSetup();
+    await new Promise((r) => setTimeout(r, 30));
+    expect(submitted.at(-1)).toBe('hog');
+    expect(d.busy).toBe(true);
+    d.close();
+  });
+
+  it('a doorbell during the yield wait takes the device at once', () => {
+    const { d, submitted } = yieldingSetup();
+    d.doorbell('light');
+    expect(submitted.slice(-2)).toEqual(['light', 'light']);
+    expect(d.busy).toBe(true);
+    d.close();
   });
 });

@@ -4,6 +4,7 @@ export { isWait } from './types.ts';
 export { createPolicy, isPolicyName, policyNames } from './registry.ts';
 export type { PolicyConfigs, PolicyName } from './registry.ts';
 export { Dispatcher } from './dispatcher.ts';
+export { monotonicNowNs, nodeHost } from './dispatcher.ts';
 export type { DispatcherHost } from './dispatcher.ts';
 export { FifoPolicy } from './fifo.ts';
 export { CreditPolicy } from './credit.ts';
