@@ -227,8 +227,8 @@ function matmulF64(a: Float32Array, b: Float32Array, m: number, n: number, k: nu
 }
 
 describe('MMUL / FMMUL', () => {
-  it('MMUL multiplies u32 matrices exactly mod 2^32 (sizes across the blocking edges)', () => {
-    for (const n of [1, 7, 130, 129]) {
+  it('MMUL multiplies u32 matrices exactly mod 2^32 (sizes across the 6×16 tile, 120-row and 256-deep block edges; this is the packed loop that is also the f32 fallback GEMM)', () => {
+    for (const n of [1, 7, 129, 300]) {
       const a = randU32(n * n, 10 + n), b = randU32(n * n, 20 + n), c = new Uint32Array(n * n).fill(1);
       expect(run(K.MMUL, [a, b, c], params(['u32', n]))).toBe(0);
       expect(c).toEqual(matmulU32(a, b, n));
@@ -617,15 +617,47 @@ describe('cancel through the job pool', () => {
     expect(latencyMs).toBeLessThan(100);
   });
 
-  it('an FMMUL 1024 cancelled right after submit ends with -ECANCELED', async () => {
-    const n = 1024;
-    const a = randF32(n * n, 1), b = randF32(n * n, 2), c = new Float32Array(n * n);
-    const mm = native.submitKernel({
-      kernel: K.FMMUL, windows: [a, b, c].map((x) => native.addressOf(x)),
-      lengths: [a, b, c].map((x) => x.byteLength), params: params(['u32', n]),
+  // A completion with status −ECANCELED and deviceNs > 0 was cancelled while running (the
+  // pool reports deviceNs = 0 for a job cancelled in the queue), so the kernel itself polled.
+  async function cancelWhileRunning(kernel: number, bufs: Buf[], p: Uint8Array): Promise<JobCompletion> {
+    const job = native.submitKernel({
+      kernel, windows: bufs.map((x) => native.addressOf(x)), lengths: bufs.map((x) => x.byteLength), params: p,
     });
-    native.cancelJob(mm);
-    await waitFor(() => completions.some((x) => x.job === mm), 5000);
-    expect(completions.find((x) => x.job === mm)!.status).toBe(-ECANCELED);
+    await new Promise((r) => setTimeout(r, 15));
+    native.cancelJob(job);
+    await waitFor(() => completions.some((x) => x.job === job), 5000);
+    return completions.find((x) => x.job === job)!;
+  }
+
+  it('FMMUL 2048 and MMUL 1536 (~0.2 s and ~0.3 s) stop mid-run when cancelled', async () => {
+    for (const [kernel, n] of [[K.FMMUL, 2048], [K.MMUL, 1536]]) {
+      const a = new Float32Array(n * n).fill(0.5), b = new Float32Array(n * n).fill(0.25);
+      const c = new Float32Array(n * n);
+      const done = await cancelWhileRunning(kernel, [a, b, c], params(['u32', n]));
+      expect(done.status).toBe(-ECANCELED);
+      expect(done.deviceNs).toBeGreaterThan(0);
+    }
+  });
+
+  it('a kernel cancelled while queued completes with -ECANCELED without running', async () => {
+    // A long LOOP holds the single pool thread, so the FMMUL behind it is still queued.
+    const out = new Uint8Array(24);
+    const loop = native.submitKernel({
+      kernel: K.LOOP, windows: [native.addressOf(out)], lengths: [24],
+      params: params(['u64', 0n], ['u64', 10_000_000_000n], ['u32', 1]),
+    });
+    const n = 256;
+    const a = new Float32Array(n * n), c = new Float32Array(n * n);
+    const job = native.submitKernel({
+      kernel: K.FMMUL, windows: [a, a, c].map((x) => native.addressOf(x)),
+      lengths: [a, a, c].map((x) => x.byteLength), params: params(['u32', n]),
+    });
+    native.cancelJob(job);
+    native.cancelJob(loop);
+    await waitFor(() => completions.some((x) => x.job === job), 5000);
+    const done = completions.find((x) => x.job === job)!;
+    expect(done.status).toBe(-ECANCELED);
+    expect(done.deviceNs).toBe(0);
+    expect(completions.find((x) => x.job === loop)!.status).toBe(-ECANCELED);
   });
 });

@@ -198,19 +198,27 @@ int gemm_f32(int m, int n, int k, float alpha, const float* a, int lda, const fl
     return 0;
   }
   blas_single_thread();
-  // cblas_sgemm cannot be interrupted, so split C into row panels of ~2^27 FLOP (a couple of ms
-  // at OpenBLAS speed) and poll between them; ≥ 32 rows keeps BLAS efficient.
-  int rows = m;
-  if (cancel != nullptr) {
-    const uint64_t per_row = 2ull * static_cast<uint64_t>(n) * static_cast<uint64_t>(k);
-    rows = static_cast<int>(std::clamp<uint64_t>((1ull << 27) / per_row, 32, m));
+  // cblas_sgemm cannot be interrupted, so a long product is cut into pieces of ~2^28 FLOP
+  // (~3 ms) with a cancel poll between them. Cutting along k is free (OpenBLAS blocks k by ~256
+  // and repacks per block anyway; later pieces accumulate with beta = 1); cutting rows makes it
+  // repack B per piece, which costs ~5% at 256 rows and ~15% at 64, so rows stay ≥ 128.
+  constexpr uint64_t kPieceFlop = 1ull << 28;
+  int kstep = k, rows = m;
+  const uint64_t total = 2ull * static_cast<uint64_t>(m) * n * k;
+  if (cancel != nullptr && total > kPieceFlop) {
+    kstep = std::min(k, 256);
+    const uint64_t per_row = 2ull * static_cast<uint64_t>(n) * kstep;
+    rows = static_cast<int>(std::clamp<uint64_t>(kPieceFlop / per_row, std::min(m, 128), m));
   }
-  for (int i = 0; i < m; i += rows) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return -ECANCELED;
-    const int mr = std::min(rows, m - i);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mr, n, k, alpha,
-                a + static_cast<size_t>(i) * lda, lda, b, ldb, beta,
-                c + static_cast<size_t>(i) * ldc, ldc);
+  for (int p = 0; p < k; p += kstep) {
+    const int kc = std::min(kstep, k - p);
+    for (int i = 0; i < m; i += rows) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return -ECANCELED;
+      const int mr = std::min(rows, m - i);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mr, n, kc, alpha,
+                  a + static_cast<size_t>(i) * lda + p, lda, b + static_cast<size_t>(p) * ldb, ldb,
+                  p == 0 ? beta : 1.0f, c + static_cast<size_t>(i) * ldc, ldc);
+    }
   }
   return 0;
 #else
