@@ -31,6 +31,7 @@
 struct vugpu_vector {
 	struct vugpu_diag *dev;
 	atomic64_t count;
+	int index;
 	int irq;
 	bool requested;
 };
@@ -77,8 +78,12 @@ static irqreturn_t vugpu_irq(int irq, void *arg)
 {
 	struct vugpu_vector *v = arg;
 
-	/* MSI-X is edge-triggered and the diag interrupt needs no acknowledge: just count. */
+	/*
+	 * One message per event (edge semantics, hw-spec §2): count it, then acknowledge our own
+	 * PMC_INTR bit (W1C). Other vectors' bits are left to their handlers.
+	 */
 	atomic64_inc(&v->count);
+	iowrite32(BIT(v->index), v->dev->bar0 + VUGPU_PMC_INTR);
 	return IRQ_HANDLED;
 }
 
@@ -278,6 +283,8 @@ static void vugpu_free_irqs(struct vugpu_diag *d)
 {
 	int i;
 
+	if (d->num_vectors > 0)
+		wr(d, VUGPU_PMC_INTR_EN, 0);
 	for (i = 0; i < d->num_vectors; i++)
 		if (d->vec[i].requested)
 			free_irq(d->vec[i].irq, &d->vec[i]);
@@ -345,12 +352,16 @@ static int vugpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		struct vugpu_vector *v = &d->vec[i];
 
 		v->dev = d;
+		v->index = i;
 		v->irq = pci_irq_vector(pdev, i);
 		ret = request_irq(v->irq, vugpu_irq, 0, DRV_NAME, v);
 		if (ret)
 			goto err_irq;
 		v->requested = true;
 	}
+	/* Sources send their vector only while enabled here (hw-spec §2). */
+	wr(d, VUGPU_PMC_INTR, 0xf);
+	wr(d, VUGPU_PMC_INTR_EN, (1u << d->num_vectors) - 1);
 
 	snprintf(d->name, sizeof(d->name), "vugpu-diag%d", d->index);
 	d->misc.minor = MISC_DYNAMIC_MINOR;

@@ -16,6 +16,8 @@
 /* BAR0 registers (docs/diag-block.md) */
 #define VUGPU_PMC_BOOT_0 0x000000
 #define VUGPU_PMC_BOOT_0_VALUE 0x0C0000A1u
+#define VUGPU_PMC_INTR 0x000100    /* W1C pending sources, bit n = vector n (docs/hw-spec.md §2) */
+#define VUGPU_PMC_INTR_EN 0x000140 /* bit n enables MSI-X vector n */
 #define VUGPU_DIAG_MAGIC 0x00A000
 #define VUGPU_DIAG_MAGIC_VALUE 0x56554750u /* 'VUGP' */
 #define VUGPU_DIAG_SCRATCH(n) (0x00A010 + 4 * (n))
