@@ -5,6 +5,24 @@ import type { Vram } from './vram.ts';
 import type { BusResolver } from './bus.ts';
 import type { Interrupts } from './irq.ts';
 import type { Logger } from '../log.ts';
+import type { FaultRecord } from './mmu.ts';
+
+/**
+ * Events for the layer above (the aggregator's scheduler and interrupt routing). They carry
+ * the physical chid, which the interrupt vectors alone do not.
+ */
+export interface EngineListener {
+  /** The channel has nothing more to do (GP_GET caught up, no job in flight, not waiting on a
+   * semaphore — or it stopped with an error). busyNs = device ns of its jobs since the last
+   * idle event; totalNs = since bind of the engine. */
+  channelIdle?(chid: number, busyNs: number, totalNs: number): void;
+  /** A FENCE interrupt for this channel (semaphore release with interrupt, NON_STALL_INTERRUPT). */
+  fence?(chid: number): void;
+  /** The channel entered the error state (MMU faults included, code 16). */
+  channelError?(chid: number, code: number, info: number): void;
+  /** An MMU fault (reported even when the fault registers were already holding one). */
+  fault?(f: FaultRecord): void;
+}
 
 export interface GpuCore {
   readonly regs: RegisterFile;
@@ -13,6 +31,7 @@ export interface GpuCore {
   readonly log: Logger;
   /** Current bus resolver (pluggable: device model DMA map, aggregator, tests). */
   bus: BusResolver;
+  listener: EngineListener;
   /** Nanoseconds since the last device reset (PTIMER). */
   timeNs(): bigint;
 }

@@ -7,11 +7,17 @@ import { RegisterFile, type RegisterInfo, type RegisterSnapshot } from './regs.t
 import { Vram } from './vram.ts';
 import { NO_BUS, type BusResolver } from './bus.ts';
 import { Interrupts, type InterruptSink } from './irq.ts';
-import type { GpuCore } from './core.ts';
+import type { EngineListener, GpuCore } from './core.ts';
 import { pmcRegisters } from './pmc.ts';
 import { ptimerRegisters } from './ptimer.ts';
 import { diagRegisters } from './diag.ts';
-import { PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE } from './spec.ts';
+import { Mmu, mmuRegisters } from './mmu.ts';
+import { Pfifo } from './pfifo.ts';
+import { CommandProcessor } from './cp.ts';
+import type { ChannelState } from './channel.ts';
+import { PMC_ENABLE_PFIFO, PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE } from './spec.ts';
+
+export type { EngineListener };
 
 export interface EngineOptions {
   /** VRAM bytes (multiple of 1 MiB); default 1 GiB. */
@@ -24,6 +30,8 @@ export interface EngineOptions {
   bus?: BusResolver;
   /** MSI-X vector sink. */
   onInterrupt?: InterruptSink;
+  /** Channel events for the layer above (scheduler, interrupt routing). */
+  listener?: EngineListener;
   log?: Logger;
 }
 
@@ -36,6 +44,10 @@ export class Engine implements GpuCore {
   readonly irq: Interrupts;
   readonly log: Logger;
   bus: BusResolver;
+  listener: EngineListener;
+  readonly mmu: Mmu;
+  readonly fifo: Pfifo;
+  readonly cp: CommandProcessor;
   private resetAt = process.hrtime.bigint();
   private unknownLogged = new Set<number>();
 
@@ -43,14 +55,30 @@ export class Engine implements GpuCore {
     this.log = opts.log ?? logger.child({ part: 'gpu' });
     this.vram = new Vram(opts.vramSize ?? 1 << 30);
     this.bus = opts.bus ?? NO_BUS;
+    this.listener = opts.listener ?? {};
     this.irq = new Interrupts(() => this.regs, opts.onInterrupt ?? (() => {}));
+    this.mmu = new Mmu(this);
+    this.fifo = new Pfifo(this, this.mmu, opts.channels ?? 64);
+    this.cp = new CommandProcessor(this, this.mmu, this.fifo, opts.watchdogMs ?? 10_000);
+    this.fifo.kick = (ch) => this.cp.schedule(ch);
+    this.fifo.stopped = (ch) => this.cp.stopped(ch);
     const tables: RegisterInfo[] = [
-      ...pmcRegisters(this, { enableChanged: () => {}, busy: () => false }),
+      ...pmcRegisters(this, {
+        enableChanged: (now, old) => {
+          if (now & PMC_ENABLE_PFIFO && !(old & PMC_ENABLE_PFIFO)) this.fifo.kickAll();
+        },
+        busy: () => this.cp.inFlight > 0,
+      }),
       ...ptimerRegisters(this),
       ...diagRegisters(this),
+      ...this.fifo.registers(),
+      ...mmuRegisters(this, this.mmu),
     ];
     this.regs = new RegisterFile(tables);
-    this.log.info({ vramMiB: this.vram.size >> 20 }, 'gpu engine created');
+    this.log.info(
+      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs },
+      'gpu engine created',
+    );
   }
 
   get vramFd(): number {
@@ -69,10 +97,36 @@ export class Engine implements GpuCore {
     return process.hrtime.bigint() - this.resetAt;
   }
 
-  /** Device reset: every register to its reset value, all channels unbound. VRAM is kept. */
+  /** Device reset: every register to its reset value, all channels unbound (jobs in flight
+   * are cancelled and their results dropped). VRAM is kept. */
   reset(): void {
+    this.fifo.reset();
     this.regs.reset();
     this.resetAt = process.hrtime.bigint();
+  }
+
+  /** Job watchdog limit in ms (0 = none). */
+  get watchdogMs(): number {
+    return this.cp.watchdogMs;
+  }
+
+  set watchdogMs(ms: number) {
+    this.cp.watchdogMs = ms;
+  }
+
+  /** Read-only view of a channel's state (plain data). */
+  channel(chid: number): Readonly<ChannelState> | undefined {
+    return this.fifo.channels[chid];
+  }
+
+  /** Counters for metrics and benchmarks. */
+  stats(): { tlbFlushes: number; jobsInFlight: number; interrupts: number[]; channelDeviceNs: number[] } {
+    return {
+      tlbFlushes: this.mmu.flushes,
+      jobsInFlight: this.cp.inFlight,
+      interrupts: [...this.irq.sent],
+      channelDeviceNs: this.fifo.channels.map((c) => c.deviceNs),
+    };
   }
 
   // ---- BAR0 ----
@@ -170,6 +224,8 @@ export class Engine implements GpuCore {
   }
 
   close(): void {
+    this.fifo.reset();
+    this.cp.close();
     this.vram.close();
     this.log.info('gpu engine closed');
   }

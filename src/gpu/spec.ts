@@ -187,8 +187,9 @@ export const PDE_LARGE = 2;
 export const PTE_PRESENT = 1;
 export const PTE_READ_ONLY = 4;
 export const ENTRY_TARGET_SHIFT = 4;
-/** Reserved bits of a PDE/PTE below the address (bits 11:6 and 3; bit 1 is the PDE LARGE bit / PTE SUPERVISOR). */
-export const ENTRY_RESERVED_LOW = 0xfc8;
+/** Reserved bits below the address: PDE bits 3:2 and 11:6; PTE bits 3 and 11:6 (PTE bit 1, SUPERVISOR, is ignored). */
+export const PDE_RESERVED = 0xfcc;
+export const PTE_RESERVED = 0xfc8;
 
 // ---- §8 faults and errors ----
 export const FAULT = {

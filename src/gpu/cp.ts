@@ -1,0 +1,477 @@
+// The command processor (hw-spec §4–§6): fetches GPFIFO entries of runnable channels, decodes
+// pushbuffer method headers, executes host methods and hands class methods to the copy and
+// compute classes. Every method is validated; anything wrong stops only that channel.
+// Work is bounded per turn so a huge pushbuffer cannot stall the event loop.
+import type { GpuCore } from './core.ts';
+import { recordFault, type AddressSpace, type Fault, type Mmu } from './mmu.ts';
+import type { Pfifo } from './pfifo.ts';
+import { WAIT_ACQUIRE, WAIT_JOB, WAIT_NONE, type ChannelState, type Cursor } from './channel.ts';
+import type { Extent } from './bus.ts';
+import { readExtents, writeExtents } from './bus.ts';
+import { jobPool, type JobResult } from './jobs.ts';
+import {
+  CHAN_ERR, CLASS_COMPUTE, CLASS_COPY, GPFIFO_ENTRY_SIZE, GPFIFO_MAX_DWORDS, HOST,
+  HOST_METHOD_LIMIT, IRQ_MMU_FAULT, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
+  UNIT, USERD, type FaultUnit,
+} from './spec.ts';
+import { copyMethod } from './copy.ts';
+import { computeMethod } from './compute.ts';
+
+/** Result of executing one method. */
+export const CONTINUE = 0;
+export const BLOCK = 1;
+export const STOP = 2;
+export type Step = typeof CONTINUE | typeof BLOCK | typeof STOP;
+
+/** Methods executed per pump turn before yielding to the event loop. */
+const TURN_BUDGET = 65536;
+const ACQUIRE_POLL_MS = 1;
+const ECANCELED = 125;
+const TWO32 = 0x1_0000_0000;
+
+/** What a launch does when its job has completed (hw-spec §6.1 LAUNCH_DMA bits 3–6). */
+export interface PostOp {
+  semType: number; // 0 none, 1 one word, 2 four words
+  interrupt: boolean;
+  va: number;
+  payload: number;
+}
+
+export type ClassMethod = (cp: CommandProcessor, ch: ChannelState, method: number, data: number) => Step;
+
+const CLASSES = new Map<number, ClassMethod>([
+  [CLASS_COPY, copyMethod],
+  [CLASS_COMPUTE, computeMethod],
+]);
+
+export class CommandProcessor {
+  readonly core: GpuCore;
+  readonly mmu: Mmu;
+  readonly fifo: Pfifo;
+  watchdogMs: number;
+  /** Jobs of this engine in flight. */
+  inFlight = 0;
+  private ready = new Set<ChannelState>();
+  private pumping = false;
+  private pumpQueued = false;
+  /** Segment words of each channel's current GPFIFO entry (transient, not state). */
+  private words: (Uint32Array | null)[];
+  private acquirers = new Set<ChannelState>();
+  private acquireTimer: NodeJS.Timeout | null = null;
+  /** (GP_GET << 16 | subch << 13 | method >> 2) of the method being executed. */
+  private where = 0;
+  private poolHeld = false;
+
+  constructor(core: GpuCore, mmu: Mmu, fifo: Pfifo, watchdogMs: number) {
+    this.core = core;
+    this.mmu = mmu;
+    this.fifo = fifo;
+    this.watchdogMs = watchdogMs;
+    this.words = fifo.channels.map(() => null);
+  }
+
+  // ---- scheduling ----
+
+  schedule(ch: ChannelState): void {
+    this.ready.add(ch);
+    if (!this.pumping) this.pump();
+  }
+
+  private pump = (): void => {
+    this.pumpQueued = false;
+    if (this.pumping) return;
+    this.pumping = true;
+    let budget = TURN_BUDGET;
+    try {
+      while (this.ready.size > 0 && budget > 0) {
+        const ch = this.ready.values().next().value!;
+        this.ready.delete(ch);
+        const used = this.run(ch, budget);
+        budget -= used;
+        // A channel that used its whole budget goes to the back of the queue.
+        if (budget <= 0 && this.fifo.runnable(ch) && ch.wait === WAIT_NONE) this.ready.add(ch);
+      }
+    } finally {
+      this.pumping = false;
+    }
+    if (this.ready.size > 0 && !this.pumpQueued) {
+      this.pumpQueued = true;
+      setImmediate(this.pump);
+    }
+  };
+
+  /** Execute up to `budget` methods of one channel; returns how many were used. */
+  private run(ch: ChannelState, budget: number): number {
+    if (!this.fifo.runnable(ch) || ch.wait !== WAIT_NONE) return 1;
+    if (ch.kicked) {
+      ch.kicked = false;
+      const put = this.mmu.physRead(ch.userdTarget, ch.userdAddr + USERD.GP_PUT, 4);
+      if (!put) {
+        this.fifo.fail(ch, CHAN_ERR.BAD_INSTANCE, 0);
+        return 1;
+      }
+      const v = put[0]! | (put[1]! << 8) | (put[2]! << 16) | (put[3]! << 24);
+      if (v >>> 0 >= ch.gpEntries) {
+        this.fifo.fail(ch, CHAN_ERR.BAD_GPFIFO_ENTRY, (ch.gpGet & 0xffff) << 16);
+        return 1;
+      }
+      ch.gpPut = v >>> 0;
+    }
+    let used = 0;
+    while (used < budget) {
+      if (!this.fifo.runnable(ch) || ch.wait !== WAIT_NONE) return used + 1;
+      if (!ch.cursor) {
+        if (ch.gpGet === ch.gpPut) {
+          this.maybeIdle(ch);
+          return used + 1;
+        }
+        ch.busy = true;
+        if (!this.fetch(ch)) return used + 1;
+      }
+      const cur = ch.cursor!;
+      if (cur.remaining === 0 && cur.pos >= cur.dwords) {
+        this.finishEntry(ch);
+        used++;
+        continue;
+      }
+      const step = this.step(ch, cur);
+      used++;
+      if (step !== CONTINUE) return used;
+    }
+    return used;
+  }
+
+  private maybeIdle(ch: ChannelState): void {
+    if (!ch.busy) return;
+    ch.busy = false;
+    const ns = ch.busyNs;
+    ch.busyNs = 0;
+    this.core.listener.channelIdle?.(ch.chid, ns, ch.deviceNs);
+  }
+
+  /** Load the GPFIFO entry at GP_GET and its pushbuffer segment. */
+  private fetch(ch: ChannelState): boolean {
+    this.where = (ch.gpGet & 0xffff) << 16;
+    const ent = this.readVa(ch, ch.gpBase + ch.gpGet * GPFIFO_ENTRY_SIZE, GPFIFO_ENTRY_SIZE, UNIT.HOST);
+    if (!ent) return false;
+    const dv = new DataView(ent.buffer, ent.byteOffset, 8);
+    const w0 = dv.getUint32(0, true);
+    const w1 = dv.getUint32(4, true);
+    const dwords = (w1 >>> 10) & 0x1fffff;
+    if ((w0 & 3) !== 0 || dwords === 0 || dwords > GPFIFO_MAX_DWORDS || (w1 & 0x100) !== 0) {
+      this.fifo.fail(ch, CHAN_ERR.BAD_GPFIFO_ENTRY, this.where);
+      return false;
+    }
+    const segVa = w0 + (w1 & 0xff) * TWO32;
+    const bytes = this.readVa(ch, segVa, dwords * 4, UNIT.HOST);
+    if (!bytes) return false;
+    this.words[ch.chid] =
+      (bytes.byteOffset & 3) === 0
+        ? new Uint32Array(bytes.buffer, bytes.byteOffset, dwords)
+        : new Uint32Array(bytes.slice().buffer);
+    ch.cursor = { segVa, dwords, pos: 0, remaining: 0, method: 0, subch: 0, op: 0 };
+    return true;
+  }
+
+  private finishEntry(ch: ChannelState): void {
+    ch.cursor = null;
+    this.words[ch.chid] = null;
+    ch.gpGet = (ch.gpGet + 1) % ch.gpEntries;
+    const b = new Uint8Array(4);
+    new DataView(b.buffer).setUint32(0, ch.gpGet, true);
+    if (!this.mmu.physWrite(ch.userdTarget, ch.userdAddr + USERD.GP_GET, b)) {
+      this.fifo.fail(ch, CHAN_ERR.BAD_INSTANCE, 0);
+    }
+  }
+
+  /** Decode one header or execute one data word. */
+  private step(ch: ChannelState, cur: Cursor): Step {
+    const words = this.words[ch.chid]!;
+    if (cur.remaining === 0) {
+      const hdr = words[cur.pos++]!;
+      const op = hdr >>> 29;
+      const subch = (hdr >>> 13) & 7;
+      const method = (hdr & 0xfff) << 2;
+      const count = (hdr >>> 16) & 0x1fff;
+      this.where = ((ch.gpGet & 0xffff) << 16) | (subch << 13) | (hdr & 0xfff);
+      if ((hdr & 0x1000) !== 0) return this.error(ch, CHAN_ERR.BAD_OPCODE);
+      switch (op) {
+        case SEC_OP.IMMD:
+          return this.exec(ch, subch, method, count);
+        case SEC_OP.INC:
+        case SEC_OP.NON_INC:
+        case SEC_OP.INC_ONCE:
+          if (count > cur.dwords - cur.pos) return this.error(ch, CHAN_ERR.PB_TRUNCATED);
+          cur.remaining = count;
+          cur.method = method;
+          cur.subch = subch;
+          cur.op = op;
+          return CONTINUE;
+        case SEC_OP.END_PB_SEGMENT:
+          cur.pos = cur.dwords;
+          return CONTINUE;
+        default:
+          return this.error(ch, CHAN_ERR.BAD_OPCODE);
+      }
+    }
+    const data = words[cur.pos++]!;
+    cur.remaining--;
+    const method = cur.method;
+    if (cur.op === SEC_OP.INC) cur.method += 4;
+    else if (cur.op === SEC_OP.INC_ONCE) {
+      cur.method += 4;
+      cur.op = SEC_OP.NON_INC;
+    }
+    this.where = ((ch.gpGet & 0xffff) << 16) | (cur.subch << 13) | ((method >> 2) & 0xfff);
+    if (method > 0x3ffc) return this.error(ch, CHAN_ERR.BAD_METHOD);
+    return this.exec(ch, cur.subch, method, data);
+  }
+
+  private exec(ch: ChannelState, subch: number, method: number, data: number): Step {
+    if (method < HOST_METHOD_LIMIT) return this.host(ch, subch, method, data);
+    const cls = ch.subch[subch]!;
+    const handler = CLASSES.get(cls);
+    if (!handler) return this.error(ch, CHAN_ERR.NO_OBJECT);
+    return handler(this, ch, method, data);
+  }
+
+  // ---- host methods (hw-spec §5.2) ----
+
+  private host(ch: ChannelState, subch: number, method: number, data: number): Step {
+    const s = ch.host;
+    switch (method) {
+      case HOST.SET_OBJECT:
+        if (!CLASSES.has(data)) return this.error(ch, CHAN_ERR.BAD_CLASS);
+        ch.subch[subch] = data;
+        return CONTINUE;
+      case HOST.NOP:
+      case HOST.WFI:
+        return CONTINUE;
+      case HOST.SEMAPHORE_A:
+        s.hi = data & 0xff;
+        return CONTINUE;
+      case HOST.SEMAPHORE_B:
+        s.lo = data >>> 0;
+        return CONTINUE;
+      case HOST.SEMAPHORE_C:
+        s.payload = data >>> 0;
+        return CONTINUE;
+      case HOST.SEMAPHORE_D:
+        return this.semaphore(ch, data);
+      case HOST.NON_STALL_INTERRUPT:
+        this.fifo.fence(ch);
+        return CONTINUE;
+      case HOST.SET_REFERENCE: {
+        const b = new Uint8Array(4);
+        new DataView(b.buffer).setUint32(0, data >>> 0, true);
+        if (!this.mmu.physWrite(ch.userdTarget, ch.userdAddr + USERD.REF, b)) return this.error(ch, CHAN_ERR.BAD_INSTANCE);
+        return CONTINUE;
+      }
+      default:
+        return this.error(ch, CHAN_ERR.BAD_METHOD);
+    }
+  }
+
+  private semaphore(ch: ChannelState, d: number): Step {
+    const s = ch.host;
+    const va = s.hi * TWO32 + s.lo;
+    const op = d & 0xf;
+    if ((d & ~(0xf | SEM_RELEASE_INTERRUPT | SEM_RELEASE_16BYTE)) !== 0) return this.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+    if (op === SEM_OP.RELEASE) {
+      const big = (d & SEM_RELEASE_16BYTE) !== 0;
+      if (va % (big ? 16 : 4) !== 0) return this.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+      const ok = this.release(ch, { semType: big ? 2 : 1, interrupt: (d & SEM_RELEASE_INTERRUPT) !== 0, va, payload: s.payload });
+      return ok ? CONTINUE : STOP;
+    }
+    if (op === SEM_OP.ACQUIRE || op === SEM_OP.ACQ_GEQ) {
+      if (va % 4 !== 0) return this.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+      ch.acquire = { va, payload: s.payload, geq: op === SEM_OP.ACQ_GEQ };
+      const met = this.acquireMet(ch);
+      if (met === null) return STOP;
+      if (met) return CONTINUE;
+      ch.wait = WAIT_ACQUIRE;
+      this.acquirers.add(ch);
+      if (!this.acquireTimer) {
+        this.acquireTimer = setInterval(() => this.recheckAcquires(), ACQUIRE_POLL_MS);
+        this.acquireTimer.unref();
+      }
+      return BLOCK;
+    }
+    return this.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+  }
+
+  /** true/false = condition, null = the read faulted (channel stopped). */
+  private acquireMet(ch: ChannelState): boolean | null {
+    const b = this.readVa(ch, ch.acquire.va, 4, UNIT.SEMAPHORE);
+    if (!b) return null;
+    const v = (b[0]! | (b[1]! << 8) | (b[2]! << 16) | (b[3]! << 24)) >>> 0;
+    return ch.acquire.geq ? ((v - ch.acquire.payload) | 0) >= 0 : v === ch.acquire.payload >>> 0;
+  }
+
+  recheckAcquires(): void {
+    for (const ch of this.acquirers) {
+      if (ch.wait !== WAIT_ACQUIRE) {
+        this.acquirers.delete(ch);
+        continue;
+      }
+      const met = this.acquireMet(ch);
+      if (met === false) continue;
+      this.acquirers.delete(ch);
+      if (met) {
+        ch.wait = WAIT_NONE;
+        this.schedule(ch);
+      }
+    }
+    if (this.acquirers.size === 0 && this.acquireTimer) {
+      clearInterval(this.acquireTimer);
+      this.acquireTimer = null;
+    }
+  }
+
+  /** Semaphore release (+ optional FENCE interrupt). false if it faulted. */
+  release(ch: ChannelState, p: PostOp): boolean {
+    if (p.semType !== 0) {
+      const bytes = new Uint8Array(p.semType === 2 ? 16 : 4);
+      const dv = new DataView(bytes.buffer);
+      dv.setUint32(0, p.payload >>> 0, true);
+      if (p.semType === 2) dv.setBigUint64(8, this.core.timeNs(), true);
+      const ext: Extent[] = [];
+      const f = this.mmu.translate(this.space(ch), p.va, bytes.length, true, ext);
+      if (f) {
+        this.fault(ch, f, UNIT.SEMAPHORE);
+        return false;
+      }
+      if (!writeExtents(this.core.vram, ext, bytes)) {
+        this.fault(ch, { reason: 5, va: p.va - (p.va % 4096), write: true }, UNIT.SEMAPHORE);
+        return false;
+      }
+    }
+    if (p.interrupt) this.fifo.fence(ch);
+    if (p.semType !== 0 && this.acquirers.size > 0) this.recheckAcquires();
+    return true;
+  }
+
+  // ---- helpers for the classes ----
+
+  space(ch: ChannelState): AddressSpace {
+    return { pdTarget: ch.pdTarget, pdAddr: ch.pdAddr, limit: ch.limit };
+  }
+
+  /** Translate or fault the channel; null after a fault. */
+  translate(ch: ChannelState, va: number, length: number, write: boolean, unit: FaultUnit): Extent[] | null {
+    const out: Extent[] = [];
+    const f = this.mmu.translate(this.space(ch), va, length, write, out);
+    if (f) {
+      this.fault(ch, f, unit);
+      return null;
+    }
+    return out;
+  }
+
+  /** Read through the channel's MMU; null after a fault. */
+  readVa(ch: ChannelState, va: number, length: number, unit: FaultUnit): Uint8Array | null {
+    const ext = this.translate(ch, va, length, false, unit);
+    if (!ext) return null;
+    const vram = this.core.vram;
+    if (ext.length === 1 && ext[0]!.fd === vram.fd) return vram.u8.subarray(ext[0]!.offset, ext[0]!.offset + length);
+    const buf = new Uint8Array(length);
+    if (!readExtents(vram, ext, buf)) {
+      this.fault(ch, { reason: 5, va: va - (va % 4096), write: false }, unit);
+      return null;
+    }
+    return buf;
+  }
+
+  fault(ch: ChannelState, f: Fault, unit: FaultUnit): void {
+    const rec = { ...f, chid: ch.chid, unit };
+    recordFault(this.core, rec);
+    this.core.log.warn({ chid: ch.chid, va: `0x${f.va.toString(16)}`, reason: f.reason, unit, write: f.write }, 'gpu mmu fault');
+    this.fifo.fail(ch, CHAN_ERR.MMU_FAULT, this.where);
+    this.core.irq.raise(IRQ_MMU_FAULT);
+    this.core.listener.fault?.(rec);
+  }
+
+  error(ch: ChannelState, code: number): Step {
+    this.fifo.fail(ch, code, this.where);
+    return STOP;
+  }
+
+  /** Parse LAUNCH flags' semaphore/interrupt part into a PostOp (null = invalid). */
+  postOp(flags: number, sem: { hi: number; lo: number; payload: number }): PostOp | null {
+    const semType = (flags >>> 3) & 3;
+    const intr = (flags >>> 5) & 3;
+    if (semType === 3 || intr === 3) return null;
+    const va = sem.hi * TWO32 + sem.lo;
+    if (semType !== 0 && va % (semType === 2 ? 16 : 4) !== 0) return null;
+    return { semType, interrupt: intr !== 0, va, payload: sem.payload };
+  }
+
+  /** A launch with nothing to run: do its completion actions now. */
+  completeNow(ch: ChannelState, post: PostOp): Step {
+    return this.release(ch, post) ? CONTINUE : STOP;
+  }
+
+  /** Block the channel on a native job; `cleanup` runs when it completes (unmap windows). */
+  startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
+           post: PostOp, cleanup: () => void): Step {
+    if (!this.poolHeld) {
+      jobPool.acquire();
+      this.poolHeld = true;
+    }
+    const epoch = ch.epoch;
+    const where = this.where;
+    ch.wait = WAIT_JOB;
+    this.inFlight++;
+    const id = submit(this.watchdogMs, (r) => {
+      this.inFlight--;
+      cleanup();
+      this.jobDone(ch, epoch, where, r, post);
+    });
+    ch.job = id;
+    return BLOCK;
+  }
+
+  private jobDone(ch: ChannelState, epoch: number, where: number, r: JobResult, post: PostOp): void {
+    // Device time is spent whether or not anyone still wants the result.
+    ch.deviceNs += r.deviceNs;
+    ch.busyNs += r.deviceNs;
+    ch.jobs++;
+    if (epoch !== ch.epoch || ch.wait !== WAIT_JOB) return;
+    ch.job = -1;
+    ch.wait = WAIT_NONE;
+    this.where = where;
+    if (r.timedOut) {
+      this.error(ch, CHAN_ERR.WATCHDOG);
+    } else if (r.status < 0) {
+      if (r.status !== -ECANCELED) this.core.log.warn({ chid: ch.chid, status: r.status }, 'gpu job failed');
+      this.error(ch, CHAN_ERR.KERNEL_ERROR);
+    } else if (!this.release(ch, post)) {
+      // faulted: channel already stopped
+    }
+    if (ch.error) {
+      this.maybeIdle(ch);
+      return;
+    }
+    this.schedule(ch);
+  }
+
+  /** The channel stopped (error, unbind, reset): forget its waits and cancel its job. */
+  stopped(ch: ChannelState): void {
+    if (ch.job >= 0) jobPool.cancel(ch.job);
+    ch.job = -1;
+    ch.wait = WAIT_NONE;
+    this.acquirers.delete(ch);
+    this.ready.delete(ch);
+    this.words[ch.chid] = null;
+    if (ch.error) this.maybeIdle(ch);
+  }
+
+  close(): void {
+    if (this.acquireTimer) clearInterval(this.acquireTimer);
+    this.acquireTimer = null;
+    this.acquirers.clear();
+    this.ready.clear();
+    if (this.poolHeld) jobPool.release();
+    this.poolHeld = false;
+  }
+}

@@ -1,0 +1,97 @@
+// The engine's side of the native job pool: one process-wide pool (started when the first
+// engine needs it, stopped when the last one closes), completions routed by job id, and the
+// watchdog that cancels a job running longer than its limit.
+import { native, type CopyJob, type JobCompletion, type KernelJob } from '../native.ts';
+
+export interface JobResult {
+  /** 0, or a negative errno (-ECANCELED after a cancel). */
+  status: number;
+  deviceNs: number;
+  /** The watchdog cancelled the job. */
+  timedOut: boolean;
+}
+
+type Done = (r: JobResult) => void;
+
+interface Pending {
+  done: Done;
+  timer: NodeJS.Timeout | null;
+  timedOut: boolean;
+}
+
+const pending = new Map<number, Pending>();
+let users = 0;
+let started = false;
+
+function onComplete(batch: JobCompletion[]): void {
+  for (const c of batch) {
+    const p = pending.get(c.job);
+    if (!p) continue;
+    pending.delete(c.job);
+    if (p.timer) clearTimeout(p.timer);
+    p.done({ status: c.status, deviceNs: c.deviceNs, timedOut: p.timedOut });
+  }
+  if (users === 0 && pending.size === 0) setImmediate(maybeStop);
+}
+
+function maybeStop(): void {
+  if (users === 0 && started && pending.size === 0) {
+    native.poolStop();
+    started = false;
+  }
+}
+
+/** Threads for the shared pool (VUGPU_POOL_THREADS, default 2). */
+function poolThreads(): number {
+  const n = Number(process.env.VUGPU_POOL_THREADS ?? 2);
+  return Number.isInteger(n) && n >= 1 && n <= 8 ? n : 2;
+}
+
+export const jobPool = {
+  acquire(): void {
+    users++;
+    if (!started) {
+      native.poolStart(poolThreads(), onComplete);
+      started = true;
+    }
+  },
+
+  release(): void {
+    users = Math.max(0, users - 1);
+    maybeStop();
+  },
+
+  submitKernel(job: KernelJob, watchdogMs: number, done: Done): number {
+    return track(native.submitKernel(job), watchdogMs, done);
+  },
+
+  submitCopy(job: CopyJob, watchdogMs: number, done: Done): number {
+    return track(native.submitCopy(job), watchdogMs, done);
+  },
+
+  cancel(id: number): void {
+    if (pending.has(id)) native.cancelJob(id);
+  },
+
+  get inFlight(): number {
+    return pending.size;
+  },
+};
+
+function track(id: number, watchdogMs: number, done: Done): number {
+  if (id < 0) {
+    // Submission refused: report it as a completion on the next tick (never re-entrantly).
+    setImmediate(() => done({ status: id, deviceNs: 0, timedOut: false }));
+    return id;
+  }
+  const p: Pending = { done, timer: null, timedOut: false };
+  if (watchdogMs > 0) {
+    p.timer = setTimeout(() => {
+      p.timedOut = true;
+      native.cancelJob(id);
+    }, watchdogMs);
+    p.timer.unref();
+  }
+  pending.set(id, p);
+  return id;
+}
