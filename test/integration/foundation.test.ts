@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, describe, expect, test } from 'vitest';
 import { vfioErrorLines, type CheckResult } from '../../src/vm/console.ts';
 import { bootGuest, runGuest, type GuestResult } from '../../src/vm/launcher.ts';
 import { loadManifest, type Manifest } from '../../src/vm/manifest.ts';
@@ -50,13 +50,20 @@ function expectAllChecksPass(r: GuestResult): void {
   expect(vfioErrorLines(r.stderr), info).toEqual([]);
 }
 
-describe('foundation: QEMU guest against vugpu serve', () => {
-  beforeAll(async () => {
+// Started by the first test that needs it (not in beforeAll: a missing setup must show as a
+// failed test with the setup message, not as skipped tests).
+let started: Promise<void> | null = null;
+function serverUp(): Promise<void> {
+  started ??= (async () => {
     manifest = loadManifest(); // throws "not set up … run npm run setup" when missing
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-foundation-'));
     socket = path.join(dir, 'gpu0.sock');
     server = await startServer({ socket });
-  });
+  })();
+  return started;
+}
+
+describe('foundation: QEMU guest against vugpu serve', () => {
 
   afterAll(async () => {
     await server?.stop();
@@ -64,6 +71,7 @@ describe('foundation: QEMU guest against vugpu serve', () => {
   });
 
   test('the guest driver passes every check (IDs, scratch, BAR1 both ways, DMA both ways, MSI-X)', async () => {
+    await serverUp();
     const r = await runGuest({ manifest, sockets: [socket], run: RUN, timeoutMs: GUEST_TIMEOUT_MS });
     expectAllChecksPass(r);
     expect(server.alive, server.tail()).toBe(true);
@@ -71,6 +79,7 @@ describe('foundation: QEMU guest against vugpu serve', () => {
   });
 
   test('QEMU SIGKILLed in the middle of the MMIO loop; a second guest on the same server passes', async () => {
+    await serverUp();
     const pid = server.pid;
     // A long BAR0 loop (~40 µs per access under TCG): killed long before it ends.
     const vm = bootGuest({ manifest, sockets: [socket], run: RUN, args: ['--bench', '1000000'], timeoutMs: GUEST_TIMEOUT_MS });
