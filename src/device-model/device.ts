@@ -294,14 +294,19 @@ function inAreas(areas: SparseArea[], start: number, end: number): boolean {
 
 function putValue(dv: DataView, at: number, size: number, v: number | bigint): void {
   if (typeof v === 'bigint') {
-    if (size === 8) dv.setBigUint64(at, BigInt.asUintN(64, v), true);
-    else v = Number(BigInt.asUintN(32, v));
+    if (size === 8) {
+      dv.setBigUint64(at, BigInt.asUintN(64, v), true);
+      return;
+    }
+    v = Number(BigInt.asUintN(32, v));
   }
-  if (typeof v !== 'number') v = 0;
+  if (typeof v !== 'number' || !Number.isFinite(v)) v = 0; // garbage from a handler reads as 0
+  // Negative numbers are two's complement (handlers often build values with `|` and `<<`).
   if (size === 1) dv.setUint8(at, v & 0xff);
   else if (size === 2) dv.setUint16(at, v & 0xffff, true);
   else if (size === 4) dv.setUint32(at, v >>> 0, true);
-  else if (typeof v === 'number') setU64(dv, at, v < 0 ? 0 : v);
+  else if (v >= 0) setU64(dv, at, v);
+  else dv.setBigUint64(at, BigInt.asUintN(64, BigInt(Math.trunc(v))), true);
 }
 
 const isPow2 = (n: number): boolean => Number.isSafeInteger(n) && n > 0 && 2 ** Math.round(Math.log2(n)) === n;

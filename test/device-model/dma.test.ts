@@ -1,0 +1,222 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { native } from '../../src/native.ts';
+import { DmaTable, type DmaMapRequest, type DmaMappingInfo } from '../../src/device-model/dma.ts';
+import { countFds, memfdWith, uniqueName } from './helpers.ts';
+
+const MiB = 1 << 20;
+const rw = { readable: true, writable: true };
+
+let tables: DmaTable[] = [];
+afterEach(() => {
+  for (const t of tables) t.unmapAll();
+  tables = [];
+});
+
+function table(opts: ConstructorParameters<typeof DmaTable>[0] = {}): DmaTable {
+  const t = new DmaTable(opts);
+  tables.push(t);
+  return t;
+}
+
+/** A memfd named uniquely, so /proc/self/fd can tell whether it is still open. */
+function ram(size: number): { fd: number; name: string } {
+  const name = uniqueName('ram');
+  return { fd: memfdWith(name, size), name };
+}
+
+function req(addr: number, size: number, fd: number, extra: Partial<DmaMapRequest> = {}): DmaMapRequest {
+  return { addr, size, offset: 0, fd, ...rw, ...extra };
+}
+
+describe('DMA map table', () => {
+  it('maps an fd and gives CPU views and fd extents into it', () => {
+    const { fd } = ram(4 * MiB);
+    const t = table();
+    expect(t.map(req(0x100000, 2 * MiB, fd, { offset: MiB }))).toBe(0);
+    const v = t.view(0x100000 + 16, 4, true);
+    expect(v.ok).toBe(true);
+    if (v.ok) v.bytes.set([1, 2, 3, 4]);
+    // The bytes land in the memfd at offset + (gpa - addr).
+    const check = new Uint8Array(4);
+    const dup = t.translate(0x100000 + 16, 4, false);
+    expect(dup).toEqual({ ok: true, extents: [{ fd, offset: MiB + 16, length: 4 }] });
+    expect(native.pread(fd, check, MiB + 16)).toBe(4);
+    expect(Array.from(check)).toEqual([1, 2, 3, 4]);
+    const out = new Uint8Array(4);
+    expect(t.read(0x100000 + 16, out)).toBeNull();
+    expect(Array.from(out)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('identical re-map is a no-op and closes the duplicate fd', () => {
+    const a = ram(MiB);
+    const t = table();
+    expect(t.map(req(0, MiB, a.fd))).toBe(0);
+    const again = native.open(`/proc/self/fd/${a.fd}`, 2); // same file, new fd
+    expect(countFds(a.name)).toBe(2);
+    expect(t.map(req(0, MiB, again))).toBe(0);
+    expect(countFds(a.name)).toBe(1);
+    expect(t.count).toBe(1);
+  });
+
+  it('re-map of the same range with a different file, offset or protection is EINVAL', () => {
+    const a = ram(2 * MiB);
+    const b = ram(MiB);
+    const t = table();
+    expect(t.map(req(0, MiB, a.fd))).toBe(0);
+    expect(t.map(req(0, MiB, b.fd))).toBe(22);
+    expect(t.map(req(0, MiB, -1))).toBe(22);
+    const dup = native.open(`/proc/self/fd/${a.fd}`, 2);
+    expect(t.map(req(0, MiB, dup, { offset: 4096 }))).toBe(22);
+    expect(t.map(req(0, MiB, dup, { writable: false }))).toBe(22);
+    native.close(dup);
+    native.close(b.fd);
+  });
+
+  it('partial overlap is EINVAL (libvfio-user behaviour; the spec says EEXIST)', () => {
+    const a = ram(4 * MiB);
+    const t = table();
+    expect(t.map(req(MiB, MiB, -1))).toBe(0);
+    expect(t.map(req(MiB + 4096, 4096, -1))).toBe(22); // inside
+    expect(t.map(req(MiB - 4096, 8192, -1))).toBe(22); // straddles the start
+    expect(t.map(req(2 * MiB - 4096, 8192, -1))).toBe(22); // straddles the end
+    expect(t.map(req(0, 4 * MiB, -1))).toBe(22); // covers it
+    expect(t.map(req(0, MiB, a.fd))).toBe(0); // adjacent below: fine
+    expect(t.map(req(2 * MiB, MiB, -1))).toBe(0); // adjacent above: fine
+    expect(t.count).toBe(3);
+  });
+
+  it('rejects empty, oversized and unmappable maps', () => {
+    const t = table();
+    expect(t.map(req(0, 0, -1))).toBe(22);
+    expect(t.map(req(0, 2 ** 44, -1))).toBe(28); // ENOSPC, like libvfio-user's max size
+    expect(t.map(req(2 ** 53 - 4096, 8192, -1))).toBe(22);
+    const small = ram(4096);
+    expect(t.map(req(0, MiB, small.fd))).toBe(22); // past the end of the file
+    const efd = native.eventfd(0, true);
+    expect(t.map(req(0, 4096, efd))).toBe(22); // not mappable
+    native.close(efd);
+    native.close(small.fd);
+    expect(t.count).toBe(0);
+  });
+
+  it('enforces the map count limit with ENOSPC', () => {
+    const t = table({ maxMaps: 3 });
+    for (let i = 0; i < 3; i++) expect(t.map(req(i * 4096, 4096, -1))).toBe(0);
+    expect(t.map(req(3 * 4096, 4096, -1))).toBe(28);
+  });
+
+  it('unmap must match exactly (ENOENT otherwise) and closes the fd', () => {
+    const a = ram(2 * MiB);
+    const t = table();
+    expect(t.map(req(0, 2 * MiB, a.fd))).toBe(0);
+    const v = t.view(0, 16);
+    expect(t.unmap(0, MiB)).toBe(2);
+    expect(t.unmap(4096, 2 * MiB - 4096)).toBe(2);
+    expect(t.unmap(0x1000000, 2 * MiB)).toBe(2);
+    expect(countFds(a.name)).toBe(1);
+    expect(t.unmap(0, 2 * MiB)).toBe(0);
+    expect(countFds(a.name)).toBe(0);
+    expect(v.ok && v.bytes.length).toBe(0); // the old view is detached, not dangling
+    expect(t.unmap(0, 2 * MiB)).toBe(2);
+  });
+
+  it('unmapAll drops everything and reports each map to the callback', () => {
+    const seen: string[] = [];
+    const a = ram(MiB);
+    const b = ram(MiB);
+    const t = table({
+      onMapped: (m: DmaMappingInfo) => seen.push(`+${m.addr.toString(16)}`),
+      onUnmapped: (m: DmaMappingInfo) => seen.push(`-${m.addr.toString(16)}`),
+    });
+    t.map(req(0, MiB, a.fd));
+    t.map(req(0x100000, MiB, b.fd));
+    t.map(req(0xfffc0000, 0x40000, -1, { writable: false }));
+    t.unmapAll();
+    expect(t.count).toBe(0);
+    expect(seen).toEqual(['+0', '+100000', '+fffc0000', '-0', '-100000', '-fffc0000']);
+    expect(countFds(a.name) + countFds(b.name)).toBe(0);
+  });
+
+  it('translate follows adjacent maps and splits into extents', () => {
+    const a = ram(MiB);
+    const b = ram(2 * MiB);
+    const t = table();
+    expect(t.map(req(0, MiB, a.fd, { offset: 0 }))).toBe(0);
+    expect(t.map(req(MiB, MiB, b.fd, { offset: 4096 }))).toBe(0);
+    const r = t.translate(MiB - 100, 300, true);
+    expect(r).toEqual({
+      ok: true,
+      extents: [
+        { fd: a.fd, offset: MiB - 100, length: 100 },
+        { fd: b.fd, offset: 4096, length: 200 },
+      ],
+    });
+    // Copies cross the boundary too.
+    const src = Uint8Array.from({ length: 300 }, (_, i) => i & 0xff);
+    expect(t.write(MiB - 100, src)).toBeNull();
+    const back = new Uint8Array(300);
+    expect(t.read(MiB - 100, back)).toBeNull();
+    expect(back).toEqual(src);
+    // A view cannot span two maps.
+    const v = t.view(MiB - 100, 300);
+    expect(!v.ok && v.fault.kind).toBe('discontiguous');
+  });
+
+  it('adjacent maps of the same fd with contiguous offsets merge into one extent', () => {
+    const a = ram(2 * MiB);
+    const t = table();
+    expect(t.map(req(0, MiB, a.fd))).toBe(0);
+    const dup = native.open(`/proc/self/fd/${a.fd}`, 2);
+    expect(t.map(req(MiB, MiB, dup, { offset: MiB }))).toBe(0);
+    const r = t.translate(0, 2 * MiB, false);
+    // Different fd numbers for the same file: two extents, contiguous in the file.
+    expect(r.ok && r.extents.map((e) => e.offset + e.length)).toEqual([MiB, 2 * MiB]);
+  });
+
+  it('translate of an unmapped or partly unmapped range is a clear fault', () => {
+    const a = ram(MiB);
+    const t = table();
+    t.map(req(0x200000, MiB, a.fd));
+    expect(t.translate(0x100000, 16, false)).toEqual({
+      ok: false,
+      fault: { kind: 'unmapped', address: 0x100000, message: 'no DMA map covers 0x100000' },
+    });
+    const tail = t.translate(0x200000 + MiB - 8, 16, false);
+    expect(!tail.ok && tail.fault).toMatchObject({ kind: 'unmapped', address: 0x300000 });
+    expect(!t.translate(0, 0, false).ok).toBe(true);
+    const buf = new Uint8Array(16);
+    expect(t.read(0x100000, buf)?.kind).toBe('unmapped');
+  });
+
+  it('fd-less maps are recorded but cannot be translated; read-only maps refuse writes', () => {
+    const rom = ram(0x40000);
+    const t = table();
+    expect(t.map(req(0xc0000, 0x20000, -1))).toBe(0);
+    expect(t.map(req(0xfffc0000, 0x40000, rom.fd, { writable: false }))).toBe(0);
+    const nofd = t.translate(0xc0000, 4, false);
+    expect(!nofd.ok && nofd.fault.kind).toBe('no-fd');
+    const ro = t.translate(0xfffc0000, 4, true);
+    expect(!ro.ok && ro.fault.kind).toBe('read-only');
+    expect(t.translate(0xfffc0000, 4, false).ok).toBe(true);
+    expect(t.describe()).toEqual([
+      { addr: 0xc0000, size: 0x20000, offset: 0, readable: true, writable: true, hasFd: false },
+      { addr: 0xfffc0000, size: 0x40000, offset: 0, readable: true, writable: false, hasFd: true },
+    ]);
+    expect(JSON.parse(JSON.stringify(t.describe()))).toEqual(t.describe());
+  });
+
+  it('maps 512 MiB of guest RAM with one fd (as QEMU does: two maps of the same memfd)', () => {
+    const g = ram(512 * MiB);
+    const t = table();
+    const low = native.open(`/proc/self/fd/${g.fd}`, 2);
+    expect(t.map(req(0, 640 * 1024, low))).toBe(0);
+    expect(t.map(req(0x100000, 511 * MiB, g.fd, { offset: 0x100000 }))).toBe(0);
+    const v = t.view(0x5b1a000, 4096, true);
+    expect(v.ok).toBe(true);
+    if (v.ok) v.bytes[7] = 0x5a;
+    const b = new Uint8Array(1);
+    expect(native.pread(g.fd, b, 0x5b1a007)).toBe(1);
+    expect(b[0]).toBe(0x5a);
+    expect(t.translate(0x5b1a000, 8, true)).toEqual({ ok: true, extents: [{ fd: g.fd, offset: 0x5b1a000, length: 8 }] });
+  });
+});
