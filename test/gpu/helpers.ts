@@ -1,0 +1,87 @@
+// Shared setup for the engine tests: a real engine (memfd VRAM), the host driver, and buffers
+// in VRAM or system memory (memfds behind the driver's bus resolver) with CPU views.
+import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
+import { HostDriver, type GpuVm, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import { TARGET_SYSMEM } from '../../src/gpu/spec.ts';
+
+export interface GpuBuf {
+  va: number;
+  bytes: number;
+  u8: Uint8Array;
+  f32: Float32Array;
+  u32: Uint32Array;
+  where: 'vram' | 'sysmem';
+}
+
+export interface Rig {
+  engine: Engine;
+  drv: HostDriver;
+  ch: HostChannel;
+  vm: GpuVm;
+  vram(bytes: number, opts?: { readOnly?: boolean; large?: boolean }): GpuBuf;
+  sys(bytes: number, opts?: { readOnly?: boolean }): GpuBuf;
+  close(): void;
+}
+
+export function rig(opts: EngineOptions = {}): Rig {
+  const engine = new Engine({ vramSize: 128 << 20, channels: 8, ...opts });
+  const drv = new HostDriver(engine);
+  const ch = drv.createChannel();
+  const vm = ch.vm;
+  const views = (u8: Uint8Array) => ({
+    u8,
+    f32: new Float32Array(u8.buffer, u8.byteOffset, u8.byteLength >> 2),
+    u32: new Uint32Array(u8.buffer, u8.byteOffset, u8.byteLength >> 2),
+  });
+  return {
+    engine, drv, ch, vm,
+    vram(bytes, o = {}) {
+      const b = drv.vramBuffer(vm, bytes, o);
+      return { va: b.va, bytes, where: 'vram', ...views(b.u8) };
+    },
+    sys(bytes, o = {}) {
+      const b = drv.allocSysmem(bytes);
+      const va = vm.map(b.bus, b.size, { target: TARGET_SYSMEM, readOnly: o.readOnly });
+      return { va, bytes, where: 'sysmem', ...views(b.u8.subarray(0, bytes)) };
+    },
+    close() {
+      drv.close();
+      engine.close();
+    },
+  };
+}
+
+/** Deterministic pseudo-random numbers in [0, 1) (mulberry32). */
+export function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+type Field = ['u32', number] | ['f32', number] | ['u64', bigint];
+
+/** Little-endian parameter block (docs/kernels.md). */
+export function params(...fields: Field[]): Uint8Array {
+  const size = fields.reduce((s, f) => s + (f[0] === 'u64' ? 8 : 4), 0);
+  const out = new Uint8Array(size);
+  const dv = new DataView(out.buffer);
+  let off = 0;
+  for (const [type, value] of fields) {
+    if (type === 'u64') {
+      dv.setBigUint64(off, value, true);
+      off += 8;
+    } else {
+      if (type === 'u32') dv.setUint32(off, value, true);
+      else dv.setFloat32(off, value, true);
+      off += 4;
+    }
+  }
+  return out;
+}
+
+export const buf = (b: GpuBuf) => ({ va: b.va, length: b.bytes });
