@@ -79,6 +79,16 @@ export class ServerProcess {
     throw new Error(`vugpu serve did not create ${this.socket} within ${timeoutMs} ms:\n${this.tail()}`);
   }
 
+  /** Resolves true once an output line at index ≥ from matches re, false after timeoutMs. */
+  async waitForOutput(re: RegExp, from = 0, timeoutMs = 5000): Promise<boolean> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      for (let i = from; i < this.output.length; i++) if (re.test(this.output[i]!)) return true;
+      if (performance.now() >= deadline || !this.alive) return false;
+      await sleep(20);
+    }
+  }
+
   /** Last lines of the server's output, for failure messages. */
   tail(n = 40): string {
     return this.output.slice(-n).join('\n');
