@@ -7,7 +7,7 @@ import { logger } from '../log.ts';
 import { buildConfigLayout } from './config-layout.ts';
 import { ConfigSpace } from './config-space.ts';
 import type { DeviceDeclaration, RegionDeclaration, RegionHandler, ResetReason, SparseArea } from './declaration.ts';
-import { DmaTable } from './dma.ts';
+import { DmaTable, type DmaMappingInfo } from './dma.ts';
 import { IrqController } from './irq.ts';
 import { Errno, NUM_REGIONS, RegionIndex, RegionInfoFlag, setU64 } from './protocol.ts';
 
@@ -63,8 +63,18 @@ export class PciDevice {
     this.config = new ConfigSpace(layout);
     const irqs = decl.irqs;
     this.irq = new IrqController([irqs.intx ?? 0, 0, irqs.msix ?? 0, irqs.err ?? 0, irqs.req ?? 0], decl.name);
+    // Device callbacks must not break the table's bookkeeping: their errors are logged.
     const cb = decl.callbacks ?? {};
-    this.dma = new DmaTable({ onMapped: cb.dmaMapped?.bind(cb), onUnmapped: cb.dmaUnmapped?.bind(cb) });
+    const guard = (what: string, fn?: (m: DmaMappingInfo) => void) =>
+      fn &&
+      ((m: DmaMappingInfo): void => {
+        try {
+          fn.call(cb, m);
+        } catch (err) {
+          logger.error({ err, device: decl.name, map: m }, `device ${what} callback threw`);
+        }
+      });
+    this.dma = new DmaTable({ onMapped: guard('dmaMapped', cb.dmaMapped), onUnmapped: guard('dmaUnmapped', cb.dmaUnmapped) });
     this.regions = [];
     for (let i = 0; i < NUM_REGIONS; i++) this.regions.push(this.buildRegion(i));
     this.flags = this.regions.map((_, i) => this.regionInfo(i).flags);

@@ -63,7 +63,7 @@ async function expectErrno(reply: Promise<Reply>, errno: number): Promise<void> 
   expect(r.flags & MsgFlag.TYPE_MASK).toBe(MsgFlag.TYPE_REPLY);
 }
 
-const access = (region: number, offset: number, count: number, data = new Uint8Array(0)): Uint8Array =>
+const access = (region: number, offset: number, count: number, data: Uint8Array = new Uint8Array(0)): Uint8Array =>
   encodeRegionAccess({ offset, region, count, data });
 
 /** A tick for anything in flight to arrive. */
@@ -484,6 +484,19 @@ describe('vfio-user endpoint: malformed input gets a header-only error reply', (
     await expectErrno(raw(c, Command.REGION_WRITE_MULTI, bad({ region: 12 })), Errno.EINVAL);
     await expectErrno(raw(c, Command.REGION_WRITE_MULTI, bad({ offset: 0x10000 - 2 })), Errno.EINVAL);
     expect(t.accesses).toEqual([]);
+  });
+
+  it('handler results: negative numbers are two\'s complement, 8-byte reads accept numbers, garbage reads 0', async () => {
+    const values: Record<number, unknown> = { 0x0: 0xdeadbeef | 0, 0x8: 2 ** 40 + 5, 0x10: -1, 0x18: 'x', 0x20: 0x1_0000_0001n };
+    const t = makeTestDevice();
+    t.decl.regions[0]!.handler!.read = (o) => values[o] as number;
+    const p = await negotiatedPair(t.device);
+    open.push(p);
+    expect(await p.client.read32(0, 0x0)).toBe(0xdeadbeef);
+    expect(new DataView((await p.client.regionRead(0, 0x8, 8)).slice().buffer).getBigUint64(0, true)).toBe(2n ** 40n + 5n);
+    expect(Array.from(await p.client.regionRead(0, 0x10, 8))).toEqual(new Array(8).fill(0xff));
+    expect(await p.client.read32(0, 0x18)).toBe(0);
+    expect(await p.client.read32(0, 0x20)).toBe(1); // a bigint for a 4-byte read is truncated
   });
 
   it('a handler that throws: EIO, and the connection keeps working', async () => {
