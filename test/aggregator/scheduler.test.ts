@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { BandPolicy } from '../../src/aggregator/scheduler/band.ts';
 import { Dispatcher, nodeHost } from '../../src/aggregator/scheduler/dispatcher.ts';
 import { CreditPolicy } from '../../src/aggregator/scheduler/credit.ts';
-import { createPolicy, isPolicyName, policyNames } from '../../src/aggregator/scheduler/registry.ts';
+import { createPolicy, isPolicyName, policyNames, restorePolicy } from '../../src/aggregator/scheduler/registry.ts';
 import type { SchedulerPolicy } from '../../src/aggregator/scheduler/types.ts';
 import { isWait } from '../../src/aggregator/scheduler/types.ts';
 import { WeightedPolicy } from '../../src/aggregator/scheduler/weighted.ts';
@@ -38,6 +38,7 @@ describe('registry', () => {
     expect(() => p.addVm('a', { weight: Number.NaN }, 0)).toThrow(RangeError);
     p.addVm('a', { weight: 1 }, 0);
     p.addVm('b', { weight: 3 }, 0);
+    p.addVm('never', { weight: 2 }, 0); // registered, never rings
     expect(() => p.addVm('a', { weight: 1 }, 0)).toThrow(/already registered/);
     expect(() => p.enqueue('nope', 0)).toThrow(/unknown vm nope/);
     expect(() => p.enqueue('__proto__', 0)).toThrow(/unknown vm/);
@@ -59,6 +60,44 @@ describe('registry', () => {
     // state() is a copy
     st.vms['a']!.pending = 99;
     expect(p.pending('a')).not.toBe(99);
+  });
+
+  it.each(policyNames)('%s: a restored state() snapshot continues exactly like the original', (name) => {
+    const config = name === 'band' ? { periodNs: 7 * MS, yieldNs: 300 * US } : {};
+    const p = createPolicy(name, config);
+    p.addVm('a', { weight: 2 }, 0);
+    p.addVm('b', { weight: 1 }, 0);
+    // A deterministic mixed workload: kernels of varying length, b sometimes late.
+    const step = (q: SchedulerPolicy, i: number, t: number): { t: number; pick: string } => {
+      if (q.pending('a') === 0) q.enqueue('a', t);
+      if (i % 3 !== 0 && q.pending('b') === 0) q.enqueue('b', t);
+      let pick = q.pickNext(t);
+      if (isWait(pick)) {
+        t = pick.waitUntil;
+        pick = q.pickNext(t);
+      }
+      if (typeof pick !== 'string') return { t: t + 100 * US, pick: String(pick) };
+      const ns = ((i * 7919) % 13) * MS + 50 * US;
+      q.onComplete(pick, ns, t + ns);
+      return { t: t + ns + 20 * US, pick };
+    };
+    let t = 0;
+    for (let i = 0; i < 200; i++) t = step(p, i, t).t;
+    const snap = p.state();
+    const q = restorePolicy(JSON.parse(JSON.stringify(snap)));
+    expect(q.name).toBe(name);
+    expect(q.state()).toEqual(snap);
+    let tp = t;
+    let tq = t;
+    for (let i = 200; i < 400; i++) {
+      const a = step(p, i, tp);
+      const b = step(q, i, tq);
+      expect(b.pick).toBe(a.pick);
+      tp = a.t;
+      tq = b.t;
+    }
+    expect(q.state()).toEqual(p.state());
+    expect(() => createPolicy(name === 'fifo' ? 'band' : 'fifo').load(snap)).toThrow(/cannot load/);
   });
 
   it.each(policyNames)('%s: removing the running VM drops its pending work and accepts its completion', (name) => {

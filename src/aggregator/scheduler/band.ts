@@ -83,6 +83,7 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
     super(
       {
         policy: 'band',
+        activeGraceNs: config.activeGraceNs ?? 2 * params.periodNs,
         vms: {},
         running: null,
         runningSinceNs: 0,
@@ -102,7 +103,6 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
         yieldVm: null,
         yieldUntilNs: 0,
       },
-      config.activeGraceNs ?? 2 * params.periodNs,
     );
   }
 

@@ -33,15 +33,12 @@ export abstract class PolicyBase<V extends VmCommonState, S extends PolicyStateB
 {
   abstract readonly name: string;
   protected readonly s: S;
-  /**
-   * How long after its last doorbell or completion a VM still counts as active (ns). Shares are
-   * computed among active VMs, so a VM that stopped submitting stops diluting the others.
-   */
-  protected readonly activeGraceNs: number;
 
-  protected constructor(state: S, activeGraceNs: number) {
+  protected constructor(state: S) {
+    if (!Number.isFinite(state.activeGraceNs) || state.activeGraceNs < 0) {
+      throw new RangeError(`scheduler: activeGraceNs must be ≥ 0, got ${state.activeGraceNs}`);
+    }
     this.s = state;
-    this.activeGraceNs = activeGraceNs;
   }
 
   /** Per-policy VM state for a new VM. */
@@ -76,13 +73,13 @@ export abstract class PolicyBase<V extends VmCommonState, S extends PolicyStateB
     if (typeof vm !== 'string' || vm.length === 0) throw new TypeError('scheduler: vm id must be a non-empty string');
     if (this.hasVm(vm)) throw new Error(`scheduler: vm ${vm} already registered`);
     this.catchUp(now);
-    // lastActiveNs far in the past: a VM is inactive until its first doorbell.
+    // A VM is inactive until its first doorbell.
     const common: VmCommonState = {
       weight: checkWeight(options.weight),
       pending: 0,
       deviceNs: 0,
       completed: 0,
-      lastActiveNs: -Infinity,
+      lastActiveNs: null,
     };
     this.s.vms[vm] = this.newVm(common, now);
     this.onAdded(vm, now);
@@ -152,6 +149,15 @@ export abstract class PolicyBase<V extends VmCommonState, S extends PolicyStateB
     return structuredClone(this.s);
   }
 
+  load(state: PolicyStateBase): void {
+    if (state === null || typeof state !== 'object' || state.policy !== this.name) {
+      throw new Error(`scheduler: cannot load ${String(state?.policy)} state into a ${this.name} policy`);
+    }
+    const copy = structuredClone(state) as S;
+    for (const key of Object.keys(this.s)) delete (this.s as Record<string, unknown>)[key];
+    Object.assign(this.s, copy);
+  }
+
   protected vm(vm: VmId): V {
     const v = this.s.vms[vm];
     if (v === undefined || !Object.hasOwn(this.s.vms, vm)) throw new Error(`scheduler: unknown vm ${vm}`);
@@ -160,7 +166,11 @@ export abstract class PolicyBase<V extends VmCommonState, S extends PolicyStateB
 
   /** Wants the device: has pending work, is running, or was busy within the grace time. */
   protected isActive(vm: VmId, v: V, now: number): boolean {
-    return v.pending > 0 || this.s.running === vm || now - v.lastActiveNs < this.activeGraceNs;
+    return (
+      v.pending > 0 ||
+      this.s.running === vm ||
+      (v.lastActiveNs !== null && now - v.lastActiveNs < this.s.activeGraceNs)
+    );
   }
 
   /** Σ weights of the active VMs at now (0 if none). */

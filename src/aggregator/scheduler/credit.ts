@@ -22,6 +22,7 @@ export class CreditPolicy extends CreditPolicyBase<CreditVmState, CreditState> {
     super(
       {
         policy: 'credit',
+        activeGraceNs: config.activeGraceNs ?? 2 * params.periodNs,
         vms: {},
         running: null,
         runningSinceNs: 0,
@@ -31,7 +32,6 @@ export class CreditPolicy extends CreditPolicyBase<CreditVmState, CreditState> {
         chargedUntilNs: 0,
         order: [],
       },
-      config.activeGraceNs ?? 2 * params.periodNs,
     );
   }
 

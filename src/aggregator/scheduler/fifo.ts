@@ -18,10 +18,15 @@ export class FifoPolicy extends PolicyBase<VmCommonState, FifoState> {
   readonly name = 'fifo';
 
   constructor(config: FifoConfig = {}) {
-    super(
-      { policy: 'fifo', vms: {}, running: null, runningSinceNs: 0, runningRemoved: false, arrivals: [] },
-      config.activeGraceNs ?? 100e6,
-    );
+    super({
+      policy: 'fifo',
+      activeGraceNs: config.activeGraceNs ?? 100e6,
+      vms: {},
+      running: null,
+      runningSinceNs: 0,
+      runningRemoved: false,
+      arrivals: [],
+    });
   }
 
   protected newVm(common: VmCommonState): VmCommonState {

@@ -5,7 +5,7 @@ import { CreditPolicy } from './credit.ts';
 import type { CreditPolicyConfig } from './credit.ts';
 import { FifoPolicy } from './fifo.ts';
 import type { FifoConfig } from './fifo.ts';
-import type { SchedulerPolicy } from './types.ts';
+import type { PolicyStateBase, SchedulerPolicy } from './types.ts';
 import { WeightedPolicy } from './weighted.ts';
 import type { WeightedConfig } from './weighted.ts';
 
@@ -39,4 +39,11 @@ export function createPolicy(name: string, config: object = {}): SchedulerPolicy
     throw new Error(`unknown scheduler policy "${name}" (known: ${policyNames.join(', ')})`);
   }
   return (factories[name] as (c: object) => SchedulerPolicy)(config);
+}
+
+/** Rebuild a policy from a state() snapshot (its parameters travel in the state). */
+export function restorePolicy(state: PolicyStateBase): SchedulerPolicy {
+  const policy = createPolicy(state.policy);
+  policy.load(state);
+  return policy;
 }

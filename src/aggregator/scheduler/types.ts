@@ -39,13 +39,18 @@ export interface VmCommonState {
   deviceNs: number;
   /** Submissions completed. */
   completed: number;
-  /** Last enqueue or completion (ns); drives the "active" notion below. */
-  lastActiveNs: number;
+  /** Last enqueue or completion (ns), null before the first; drives the "active" notion. */
+  lastActiveNs: number | null;
 }
 
 /** Fields every policy state carries; each policy extends it with its own. */
 export interface PolicyStateBase<V extends VmCommonState = VmCommonState> {
   policy: string;
+  /**
+   * How long after its last doorbell or completion a VM still counts as active (ns). Shares are
+   * computed among active VMs, so a VM that stopped submitting stops diluting the others.
+   */
+  activeGraceNs: number;
   vms: Record<VmId, V>;
   /** The VM whose submission is on the device, or null when the device is idle. */
   running: VmId | null;
@@ -78,6 +83,8 @@ export interface SchedulerPolicy {
   readonly running: VmId | null;
   /** Deep copy of the whole policy state (plain, JSON-serializable). */
   state(): PolicyStateBase;
+  /** Replace the whole state with (a copy of) one taken by state() from the same policy kind. */
+  load(state: PolicyStateBase): void;
 }
 
 export function isWait(pick: Pick): pick is WaitUntil {

@@ -58,6 +58,7 @@ export class WeightedPolicy extends PolicyBase<WeightedVmState, WeightedState> {
     super(
       {
         policy: 'weighted',
+        activeGraceNs: config.activeGraceNs ?? sliceNs,
         vms: {},
         running: null,
         runningSinceNs: 0,
@@ -70,7 +71,6 @@ export class WeightedPolicy extends PolicyBase<WeightedVmState, WeightedState> {
         chargedUntilNs: 0,
         lru: [],
       },
-      config.activeGraceNs ?? sliceNs,
     );
   }
 
