@@ -90,10 +90,12 @@ export class MessageFramer {
       this.start = this.end = 0;
       return this.buf;
     }
-    if (this.end === this.buf.length) {
-      // Room is needed for the rest of the partial message at `start`.
+    // Make room for the whole partial message at `start` now rather than reading it in slivers.
+    // (An impossible size is left for drain() to reject once the header is complete.)
+    const size = this.partialSize();
+    const need = size !== null && size >= HEADER_SIZE && size <= this.maxMessageSize ? size : HEADER_SIZE;
+    if (this.start + need > this.buf.length) {
       const partial = this.end - this.start;
-      const need = this.partialSize() ?? HEADER_SIZE;
       if (this.start > 0 && need <= this.buf.length) {
         this.buf.copyWithin(0, this.start, this.end);
       } else {

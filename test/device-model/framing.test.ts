@@ -99,6 +99,21 @@ describe('MessageFramer', () => {
     expect(got[0]!.payload[99_999]).toBe((9 + 99_999) & 0xff);
   });
 
+  it('makes room for a partial message near the end of its buffer in one step', () => {
+    const f = new MessageFramer({ maxMessageSize: 4096, initialSize: 64 });
+    const { got, deliver } = collector();
+    // 40 bytes of complete message, then 20 bytes of a 48-byte one: 4 bytes left at the end.
+    const a = msg(1, 24);
+    const b = msg(2, 32);
+    f.push(concat(a, b.subarray(0, 20)), null, deliver);
+    expect(got.length).toBe(1);
+    const room = f.space();
+    expect(room.length).toBeGreaterThanOrEqual(b.length - 20); // the rest fits in one read
+    room.set(b.subarray(20));
+    f.commit(b.length - 20, null, deliver);
+    expect(got.map((g) => g.msgId)).toEqual([1, 2]);
+  });
+
   it('rejects msg_size below the header size as a framing error', () => {
     const f = new MessageFramer({ maxMessageSize: 4096 });
     const bad = msg(1, 0);
