@@ -104,7 +104,7 @@ step rootfs "$ROOTFS_KEY" build_rootfs "$ROOTFS/usr/bin/busybox"
 KREL=$(kernel_release "$ROOTFS")
 [[ -n $KREL ]] || die "no kernel with matching headers in $ROOTFS (looked for /boot/vmlinuz-* + /usr/src/linux-headers-*)"
 VMLINUX=$CACHE/vmlinux-$KREL
-KERNEL_KEY=$( { echo "$RECIPE"; stat -c '%n %s %Y' "$ROOTFS/boot/vmlinuz-$KREL"; } | hash_stdin)
+KERNEL_KEY=$( { echo "$RECIPE"; stat -c '%n %s %Y' "$ROOTFS/boot/vmlinuz-$KREL"; hash_files "$REPO" scripts/extract-vmlinux.sh; } | hash_stdin)
 build_kernel() {
   bash "$REPO/scripts/extract-vmlinux.sh" "$ROOTFS/boot/vmlinuz-$KREL" "$VMLINUX.tmp" "$ROOTFS"
   mv "$VMLINUX.tmp" "$VMLINUX"
