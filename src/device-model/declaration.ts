@@ -9,6 +9,10 @@ import type { DmaMappingInfo } from './dma.ts';
 export interface RegionHandler {
   read(offset: number, size: number): number | bigint;
   write(offset: number, size: number, value: number | bigint): void;
+  /** Accesses of other sizes (e.g. QEMU reads a whole expansion ROM in one REGION_READ). Without
+   * these, such accesses fail with EINVAL. */
+  readBlock?(offset: number, dst: Uint8Array): void;
+  writeBlock?(offset: number, src: Uint8Array): void;
 }
 
 export interface SparseArea {

@@ -138,7 +138,9 @@ export class PciDevice {
       return 0;
     }
     if (r.handler !== null && !(r.fd >= 0 && inAreas(r.areas, offset, end))) {
-      if (count !== 1 && count !== 2 && count !== 4 && count !== 8) return Errno.EINVAL;
+      if (count !== 1 && count !== 2 && count !== 4 && count !== 8) {
+        return this.block(r, offset, dst.subarray(dstOff, dstOff + count), false);
+      }
       let v: number | bigint;
       try {
         v = r.handler.read(offset, count);
@@ -177,7 +179,9 @@ export class PciDevice {
       return 0; // the PBA is read-only
     }
     if (r.handler !== null && !(r.fd >= 0 && inAreas(r.areas, offset, end))) {
-      if (count !== 1 && count !== 2 && count !== 4 && count !== 8) return Errno.EINVAL;
+      if (count !== 1 && count !== 2 && count !== 4 && count !== 8) {
+        return this.block(r, offset, src.subarray(srcOff, srcOff + count), true);
+      }
       const v = count === 1 ? dv.getUint8(srcOff)
         : count === 2 ? dv.getUint16(srcOff, true)
         : count === 4 ? dv.getUint32(srcOff, true)
@@ -238,6 +242,20 @@ export class PciDevice {
       if (r.mem !== null) native.munmap(r.mem.buffer as ArrayBuffer);
       r.mem = null;
     }
+  }
+
+  /** A trapped access that is not 1/2/4/8 bytes: only handlers with block methods take it. */
+  private block(r: RegionRuntime, offset: number, bytes: Uint8Array, write: boolean): number {
+    const h = r.handler!;
+    const fn = write ? h.writeBlock : h.readBlock;
+    if (fn === undefined) return Errno.EINVAL;
+    try {
+      fn.call(h, offset, bytes);
+    } catch (err) {
+      logger.error({ err, device: this.name, region: r.index, offset }, 'region block handler threw');
+      return Errno.EIO;
+    }
+    return 0;
   }
 
   private backing(r: RegionRuntime): Uint8Array | null {

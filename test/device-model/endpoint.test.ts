@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { PciCapId, PciReg } from '../../src/device-model/config-layout.ts';
 import { VfioUserClient, type Reply } from '../../src/device-model/client.ts';
+import { PciDevice } from '../../src/device-model/device.ts';
 import {
   Command,
   DmaUnmapFlag,
@@ -187,6 +188,31 @@ describe('vfio-user endpoint: commands', () => {
     expect(await c.read32(1, 0xc000)).toBe(0x11223344);
     await c.regionWrite(3, 0, u32(5));
     expect(await c.read32(3, 0)).toBe(0);
+  });
+
+  it('an expansion ROM (region 6) served by a block handler: whole-ROM read, ROM BAR sizing', async () => {
+    const rom = Uint8Array.from({ length: 65536 }, (_, i) => (i * 7) & 0xff);
+    rom[0] = 0x55;
+    rom[1] = 0xaa;
+    const t = makeTestDevice();
+    t.decl.regions[6] = {
+      size: rom.length,
+      handler: {
+        read: (o, s) => (s === 1 ? rom[o]! : new DataView(rom.buffer).getUint32(o, true)),
+        write: () => {},
+        readBlock: (o, dst) => dst.set(rom.subarray(o, o + dst.length)),
+      },
+    };
+    const dev = new PciDevice(t.decl);
+    const p = await negotiatedPair(dev);
+    open.push(p);
+    expect(await p.client.getRegionInfo(6)).toMatchObject({ size: 65536, flags: RegionInfoFlag.READ });
+    expect(await p.client.regionRead(6, 0, rom.length)).toEqual(rom);
+    await p.client.regionWrite(7, PciReg.ROM_ADDRESS, u32(0xfffff800));
+    expect(readU32(await p.client.regionRead(7, PciReg.ROM_ADDRESS, 4))).toBe(0xffff0000);
+    await expectErrno(raw(p.client, Command.REGION_WRITE, access(6, 0, 4, u32(1))), Errno.EINVAL); // read-only
+    // BAR0's handler has no block methods: a 16-byte access is refused.
+    await expectErrno(raw(p.client, Command.REGION_READ, access(0, 0, 16)), Errno.EINVAL);
   });
 
   it('MSI-X table accesses on BAR0 are stored; vector control starts masked', async () => {
