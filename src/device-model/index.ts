@@ -1,5 +1,21 @@
 // Public API of the device model: declare a PCI device, serve it over vfio-user, and (for
-// tests and benchmarks) talk to it with the TypeScript client.
+// tests and benchmarks) talk to it with the TypeScript client. See README.md here.
+//
+//   const device = new PciDevice({
+//     name: 'gpu0',
+//     pci: { vendorId: 0x1de5, deviceId: 0x6b75, classCode: 0x030200 },
+//     capabilities: { msix: { bar: 0, tableOffset: 0xff0000, pbaOffset: 0xff8000 } },
+//     regions: {
+//       0: { size: 16 << 20, handler: { read: (o, s) => ..., write: (o, s, v) => ... } },
+//       1: { size: 1 << 30, kind: 'mem64', prefetchable: true, backing: { fd: vramFd } },
+//     },
+//     irqs: { msix: 4, err: 1 },
+//     callbacks: { reset: () => ..., dmaUnmapped: (m) => ... },
+//   });
+//   const server = new Server();
+//   server.listen('/run/vugpu/gpu0.sock', device);
+//   device.irq.msix(0);                              // fire MSI-X vector 0
+//   device.dma.translate(gpa, len, true);            // guest memory → fd extents
 
 export { Server, Listener, type ServerOptions } from './server.ts';
 export { PciDevice, DeclarationError, validateDeclaration, type RegionInfo } from './device.ts';
