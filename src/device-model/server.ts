@@ -74,6 +74,9 @@ export class Listener {
         logger.error({ path: this.path, errno: -fd }, 'accept failed');
         return;
       }
+      // The previous client may be gone with its EOF not yet seen (a QEMU restarted right after
+      // being killed): let its connection catch up first.
+      if (this.current !== null) this.current.transport.pump();
       if (this.current !== null) {
         logger.warn({ device: this.device.name, path: this.path }, 'refusing a second client while one is connected');
         native.close(fd);

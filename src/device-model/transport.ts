@@ -31,6 +31,8 @@ export interface Transport {
    * the transport is closed then. */
   send(data: Uint8Array, fds?: number[]): boolean;
   close(message?: string): void;
+  /** Process whatever is readable now (pending messages, EOF) without waiting for the poller. */
+  pump(): void;
 }
 
 export interface SocketTransportOptions {
@@ -86,13 +88,21 @@ export class SocketTransport implements Transport {
     this.shutdown({ kind: 'local', message });
   }
 
+  pump(): void {
+    if (this.sink !== null) this.onReady(0, 1);
+  }
+
   private onReady(status: number, _events: number): void {
     if (this.isClosed) return;
-    if (status < 0) {
-      this.shutdown({ kind: 'error', message: `poll error ${status}`, errno: -status });
-      return;
-    }
-    for (let i = 0; i < MAX_READS_PER_WAKEUP && !this.isClosed; i++) {
+    // libuv reports EPOLLERR as UV_EBADF and stops the watcher. For a UNIX socket that means
+    // the peer went away with data unread (ECONNRESET): read what is left, which yields the
+    // real error or EOF, then close in any case.
+    this.readSome(status < 0 ? Infinity : MAX_READS_PER_WAKEUP);
+    if (status < 0) this.shutdown({ kind: 'error', message: `poll error ${status}`, errno: -status });
+  }
+
+  private readSome(maxReads: number): void {
+    for (let i = 0; i < maxReads && !this.isClosed; i++) {
       const space = this.framer.space();
       const n = native.recvmsg(this.fd, space, this.fdsOut);
       if (n === -EAGAIN) return;
@@ -122,7 +132,8 @@ export class SocketTransport implements Transport {
         }
         return;
       }
-      if (n < space.length) return; // drained (or stopped at an fd boundary: poll calls again)
+      // A short read means drained (or stopped at an fd boundary: poll calls again).
+      if (n < space.length && maxReads !== Infinity) return;
     }
   }
 

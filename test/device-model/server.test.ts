@@ -122,6 +122,23 @@ describe('vfio-user server', () => {
     c1.close();
   });
 
+  it('a client that reconnects before its EOF was processed is not refused', async () => {
+    const t = makeTestDevice();
+    const sock = path.join(dir, 'quick.sock');
+    const l = server.listen(sock, t.device);
+    const c1 = VfioUserClient.connect(sock);
+    await c1.version();
+    await c1.dmaMap({ addr: 0, size: 4096 });
+    // Connect, then close the old client, synchronously: the server sees the new connection
+    // before the old one's EOF (the epoll ready list is in event order).
+    const c2 = VfioUserClient.connect(sock);
+    c1.close();
+    await c2.version();
+    expect(t.device.dma.count).toBe(0);
+    expect(l.accepted).toBe(2);
+    c2.close();
+  });
+
   it('closing the server drops clients and removes the socket file', async () => {
     const t = makeTestDevice();
     const sock = path.join(dir, 'bye.sock');
