@@ -2,7 +2,7 @@
 // VA range is translated (write access for the buffers the kernel writes), mapped into one
 // contiguous host window each, and the kernel runs on the native pool; the windows are
 // unmapped when it completes. Nothing runs if any translation faults.
-import { native, type MapWindow } from '../native.ts';
+import type { WindowRef } from './windows.ts';
 import type { ChannelState } from './channel.ts';
 import { CONTINUE, STOP, type CommandProcessor, type Step } from './cp.ts';
 import { jobPool } from './jobs.ts';
@@ -73,13 +73,13 @@ function launch(cp: CommandProcessor, ch: ChannelState, flags: number): Step {
     ranges.push({ extents, offset: va - start, length: len, write });
   }
 
-  const maps: MapWindow[] = [];
+  const maps: WindowRef[] = [];
   const unmap = () => {
-    for (const m of maps) native.unmapWindow(m.id);
+    for (const m of maps) m.release();
     maps.length = 0;
   };
   try {
-    for (const r of ranges) maps.push(native.mapWindow(r.extents, !r.write));
+    for (const r of ranges) maps.push(cp.windows.acquire(r.extents, !r.write));
   } catch (err) {
     unmap();
     cp.core.log.warn({ chid: ch.chid, err: (err as Error).message }, 'gpu compute: mapWindow failed');

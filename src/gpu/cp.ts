@@ -14,6 +14,7 @@ import {
   HOST_METHOD_LIMIT, IRQ_MMU_FAULT, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
   UNIT, USERD, type FaultUnit,
 } from './spec.ts';
+import { WindowCache } from './windows.ts';
 import { copyMethod } from './copy.ts';
 import { computeMethod } from './compute.ts';
 
@@ -51,6 +52,8 @@ export class CommandProcessor {
   watchdogMs: number;
   /** Jobs of this engine in flight. */
   inFlight = 0;
+  /** Compute buffer windows (VRAM-only windows are reused across launches). */
+  readonly windows: WindowCache;
   private ready = new Set<ChannelState>();
   private pumping = false;
   private pumpQueued = false;
@@ -68,6 +71,7 @@ export class CommandProcessor {
     this.fifo = fifo;
     this.watchdogMs = watchdogMs;
     this.words = fifo.channels.map(() => null);
+    this.windows = new WindowCache(core.vram.fd);
   }
 
   // ---- scheduling ----
@@ -471,6 +475,7 @@ export class CommandProcessor {
     this.acquireTimer = null;
     this.acquirers.clear();
     this.ready.clear();
+    this.windows.clear();
     if (this.poolHeld) jobPool.release();
     this.poolHeld = false;
   }

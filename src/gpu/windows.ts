@@ -1,0 +1,82 @@
+// Host windows for compute buffers. A fresh mmap per launch costs a minor page fault on every
+// page the kernel touches (≈10% of a 1024³ GEMM), so windows made only of VRAM extents — which
+// live as long as the engine — are cached and reused when a later launch resolves to exactly the
+// same extents. Translation still happens at every launch; the cache is keyed by its result, so
+// a changed page table simply misses. Windows over system memory are never cached: the bus
+// resolver's fds can be unmapped (DMA unmap) and the device must not keep them alive.
+import { native, type Extent, type MapWindow } from '../native.ts';
+
+interface Entry {
+  win: MapWindow;
+  users: number;
+  lastUse: number;
+}
+
+export interface WindowRef {
+  address: bigint;
+  release(): void;
+}
+
+export class WindowCache {
+  private vramFd: number;
+  private max: number;
+  private entries = new Map<string, Entry>();
+  private clock = 0;
+  hits = 0;
+  misses = 0;
+
+  constructor(vramFd: number, max = 32) {
+    this.vramFd = vramFd;
+    this.max = max;
+  }
+
+  /** Map (or reuse) a window over `extents`; throws like native.mapWindow. */
+  acquire(extents: Extent[], readonly: boolean): WindowRef {
+    if (this.max === 0 || !extents.every((e) => e.fd === this.vramFd)) {
+      const w = native.mapWindow(extents, readonly);
+      return { address: w.address, release: () => native.unmapWindow(w.id) };
+    }
+    let key = readonly ? 'r' : 'w';
+    for (const e of extents) key += `${e.offset}+${e.length},`;
+    let ent = this.entries.get(key);
+    if (ent) {
+      this.hits++;
+    } else {
+      this.misses++;
+      ent = { win: native.mapWindow(extents, readonly), users: 0, lastUse: 0 };
+      this.entries.set(key, ent);
+      this.evict();
+    }
+    ent.users++;
+    ent.lastUse = ++this.clock;
+    const e = ent;
+    let released = false;
+    return {
+      address: e.win.address,
+      release: () => {
+        if (released) return;
+        released = true;
+        e.users--;
+        this.evict();
+      },
+    };
+  }
+
+  private evict(): void {
+    while (this.entries.size > this.max) {
+      let victim: [string, Entry] | null = null;
+      for (const kv of this.entries) if (kv[1].users === 0 && (!victim || kv[1].lastUse < victim[1].lastUse)) victim = kv;
+      if (!victim) return;
+      this.entries.delete(victim[0]);
+      native.unmapWindow(victim[1].win.id);
+    }
+  }
+
+  /** Unmap every idle window (engine close); windows in use go when released. */
+  clear(): void {
+    const max = this.max;
+    this.max = 0;
+    this.evict();
+    this.max = max;
+  }
+}
