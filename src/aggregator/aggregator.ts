@@ -1,0 +1,377 @@
+// The aggregator (GPUvm's A3): many VMs sharing one engine. It owns what is physical and shared
+// — VRAM partitioning (a host-reserved area + one slice per VM), the physical channel pool and
+// shadow instance blocks, the merged runlist, the bus resolver for every VM's system memory,
+// engine event routing and the scheduler — and hands each VM a Vgpu that mediates its BAR0.
+//
+// Scheduling: a guest doorbell is queued on its VM (vgpu.ts) and announced to the policy
+// (scheduler/); the dispatcher picks a VM whenever the device is idle and this file writes the
+// physical doorbell. The submission completes with the engine's channel-idle event for that
+// channel (its device ns are charged to the VM), or earlier when the channel cannot make
+// progress (error, blocked on a semaphore acquire, not runnable). A timer with back-off only
+// re-checks a long-running submission; nothing busy-polls.
+import { logger, type Logger } from '../log.ts';
+import type { Engine } from '../gpu/engine.ts';
+import type { FaultRecord } from '../gpu/mmu.ts';
+import {
+  DOORBELL, INST_SIZE, MMU_FAULT_STATUS, PFIFO_CHAN_COUNT, PFIFO_CHAN_STATE, PFIFO_RUNLIST_BASE,
+  PFIFO_RUNLIST_SUBMIT, PMC_ENABLE, PMC_ENABLE_PFIFO, STATE_ACQUIRE_WAIT, STATE_BUSY,
+  STATE_ENABLE, STATE_ERROR,
+} from '../gpu/spec.ts';
+import { Dispatcher, createPolicy, type SchedulerPolicy } from './scheduler/index.ts';
+import { RangeAllocator, isPow2 } from './alloc.ts';
+import { MAX_BUS_VMS, MediatedBus, type GuestMemory } from './guest-memory.ts';
+import { MODES, type MediatedMode } from './modes.ts';
+import { Vgpu, type VgpuHost } from './vgpu.ts';
+
+const MIB = 1 << 20;
+
+export interface AggregatorOptions {
+  engine: Engine;
+  /** Host-reserved VRAM at the bottom of the engine's VRAM (default: 1/16, at least 16 MiB). */
+  hostReserved?: number;
+  /** Scheduling policy by name (scheduler/registry.ts): fifo, credit, band, weighted. */
+  policy?: string;
+  policyConfig?: object;
+  /** First re-check of a running submission, ms (doubles up to 100 ms). */
+  stallCheckMs?: number;
+  /** How long a detached VM's slice stays quarantined before reuse, ms (cancelled jobs may
+   * still be writing to it until they notice the cancel). */
+  quarantineMs?: number;
+  log?: Logger;
+}
+
+export interface AttachOptions {
+  name: string;
+  mode: MediatedMode;
+  /** VRAM slice bytes: a power of two, at least 1 MiB. */
+  slice: number;
+  /** Scheduler weight (> 0), default 1. */
+  weight?: number;
+  /** Virtual channels (PFIFO_CHAN_COUNT the guest sees); default: the engine's count. */
+  channels?: number;
+}
+
+/** The submission on the device. */
+interface Submission {
+  vm: Vgpu | null;
+  vmId: string;
+  pchid: number;
+  done: boolean;
+  timer: NodeJS.Timeout | null;
+  checkMs: number;
+}
+
+export class Aggregator implements VgpuHost {
+  readonly engine: Engine;
+  readonly hostArea: RangeAllocator;
+  readonly slices: RangeAllocator;
+  readonly bus = new MediatedBus();
+  readonly dispatcher: Dispatcher<NodeJS.Timeout>;
+  readonly log: Logger;
+  readonly channels: number;
+  private readonly vms = new Map<string, Vgpu>();
+  private readonly byIndex: (Vgpu | null)[] = [];
+  /** Physical chid → owning VM and its virtual chid. */
+  private readonly owner: (Vgpu | null)[];
+  private readonly ownerVchid: Int16Array;
+  private readonly shadowInst: number[];
+  private readonly runlistPages: [number, number];
+  private runlistFlip = 0;
+  private lastRunlist = '';
+  private readonly onRunlist: Uint8Array;
+  private running: Submission | null = null;
+  private readonly stallCheckMs: number;
+  private readonly quarantineMs: number;
+  private readonly t0 = process.hrtime.bigint();
+  private closed = false;
+
+  constructor(opts: AggregatorOptions) {
+    const engine = opts.engine;
+    this.engine = engine;
+    this.log = opts.log ?? logger.child({ part: 'aggregator' });
+    this.stallCheckMs = opts.stallCheckMs ?? 10;
+    this.quarantineMs = opts.quarantineMs ?? 250;
+    const vram = engine.vramSize;
+    const reserved = opts.hostReserved ?? Math.max(16 * MIB, Math.floor(vram / 16 / MIB) * MIB);
+    if (reserved % MIB !== 0 || reserved <= 0 || reserved >= vram) {
+      throw new RangeError(`host-reserved VRAM must be a multiple of 1 MiB below the VRAM size, got ${reserved}`);
+    }
+    this.hostArea = new RangeAllocator(0, reserved, 4096);
+    this.slices = new RangeAllocator(reserved, vram - reserved, MIB);
+    this.channels = engine.mmioRead(PFIFO_CHAN_COUNT, 4);
+    this.owner = new Array<Vgpu | null>(this.channels).fill(null);
+    this.ownerVchid = new Int16Array(this.channels).fill(-1);
+    this.onRunlist = new Uint8Array(this.channels);
+    // Fixed host structures: one shadow instance block per physical channel, two runlist pages.
+    this.shadowInst = [];
+    for (let c = 0; c < this.channels; c++) this.shadowInst.push(this.hostAlloc(INST_SIZE));
+    this.runlistPages = [this.hostAlloc(4096), this.hostAlloc(4096)];
+
+    engine.bus = this.bus;
+    engine.onInterrupt = () => {}; // physical vectors are not used: events carry the chid
+    engine.listener = {
+      channelIdle: (chid, busyNs) => this.onIdle(chid, busyNs),
+      fence: (chid) => {
+        const vm = this.owner[chid];
+        if (vm) vm.fence(this.ownerVchid[chid]!);
+      },
+      channelError: (chid, code) => {
+        const vm = this.owner[chid];
+        if (vm) vm.channelError(this.ownerVchid[chid]!, code);
+        if (this.running && this.running.pchid === chid) this.finish(this.running, 0);
+      },
+      fault: (f) => this.onFault(f),
+    };
+
+    const policy: SchedulerPolicy = createPolicy(opts.policy ?? 'fifo', opts.policyConfig ?? {});
+    this.dispatcher = new Dispatcher<NodeJS.Timeout>(policy, {
+      now: () => this.now(),
+      submit: (vm) => this.submit(vm),
+      setTimer: (at, cb) => {
+        const t = setTimeout(cb, Math.max(0, (at - this.now()) / 1e6));
+        return t;
+      },
+      cancelTimer: (t) => clearTimeout(t),
+    });
+    this.log.info(
+      { vramMiB: vram / MIB, hostReservedMiB: reserved / MIB, channels: this.channels, policy: policy.name },
+      'aggregator ready',
+    );
+  }
+
+  /** Scheduler clock: ns since the aggregator started. */
+  now(): number {
+    return Number(process.hrtime.bigint() - this.t0);
+  }
+
+  get policy(): SchedulerPolicy {
+    return this.dispatcher.policy;
+  }
+
+  vm(name: string): Vgpu | undefined {
+    return this.vms.get(name);
+  }
+
+  list(): Vgpu[] {
+    return [...this.vms.values()];
+  }
+
+  // ---- VM lifecycle ----
+
+  /** Create a VM's vGPU: a bus index, a zeroed VRAM slice, a scheduler entry. */
+  attach(o: AttachOptions): Vgpu {
+    if (this.closed) throw new Error('aggregator is closed');
+    if (this.vms.has(o.name)) throw new Error(`VM ${o.name} is already attached`);
+    if (!Object.hasOwn(MODES, o.mode)) throw new Error(`mode ${o.mode} is not a mediated mode`);
+    if (!isPow2(o.slice) || o.slice < MIB) throw new RangeError(`VM ${o.name}: slice must be a power of two ≥ 1 MiB, got ${o.slice}`);
+    const channels = o.channels ?? this.channels;
+    if (!Number.isInteger(channels) || channels < 1 || channels > this.channels) {
+      throw new RangeError(`VM ${o.name}: channels must be 1–${this.channels}`);
+    }
+    let index = this.byIndex.indexOf(null);
+    if (index < 0) index = this.byIndex.length;
+    if (index >= MAX_BUS_VMS) throw new Error('too many VMs');
+    const base = this.slices.alloc(o.slice, MIB);
+    if (base === null) {
+      throw new Error(`VM ${o.name}: no room for a ${o.slice / MIB} MiB VRAM slice (largest free: ${this.slices.largestFree / MIB} MiB)`);
+    }
+    const vm = new Vgpu(this, {
+      name: o.name, mode: o.mode, index, slice: { base, size: o.slice }, channels,
+      weight: o.weight ?? 1, log: this.log.child({ vm: o.name }),
+    });
+    vm.scrub();
+    this.policy.addVm(o.name, { weight: vm.weight }, this.now());
+    this.byIndex[index] = vm;
+    this.vms.set(o.name, vm);
+    this.log.info({ vm: o.name, mode: o.mode, index, sliceMiB: o.slice / MIB, sliceBase: base, weight: vm.weight }, 'vgpu attached');
+    return vm;
+  }
+
+  /** The VM's system memory and interrupt sink (its client connected). */
+  connect(vm: Vgpu, mem: GuestMemory, msix: (vector: number) => void): void {
+    vm.connect(mem, msix);
+    this.bus.attach(vm.index, mem);
+  }
+
+  /**
+   * Reset a VM (guest reset, client gone): its channels stop and go back to the pool, its
+   * shadows and queued submissions are dropped. With scrub, its slice is zeroed too (a new
+   * client must not see the old one's data).
+   */
+  resetVm(vm: Vgpu, scrub = false): void {
+    if (this.vms.get(vm.name) !== vm) return;
+    vm.reset();
+    if (this.running?.vm === vm) this.finish(this.running, 0);
+    const now = this.now();
+    this.policy.removeVm(vm.name, now);
+    this.policy.addVm(vm.name, { weight: vm.weight }, now);
+    if (scrub) vm.scrub();
+    this.log.info({ vm: vm.name, scrub }, 'vgpu reset');
+  }
+
+  /** Remove a VM: everything resetVm does, then its slice and bus index are released. */
+  detach(vm: Vgpu): void {
+    if (this.vms.get(vm.name) !== vm) return;
+    vm.reset();
+    if (this.running?.vm === vm) this.finish(this.running, 0);
+    this.policy.removeVm(vm.name, this.now());
+    this.bus.detach(vm.index);
+    this.byIndex[vm.index] = null;
+    this.vms.delete(vm.name);
+    // Cancelled jobs may still write into the slice until they notice: quarantine it.
+    const base = vm.slice.base;
+    const release = () => {
+      this.engine.vram.u8.fill(0, base, base + vm.slice.size);
+      this.slices.free(base);
+    };
+    if (this.quarantineMs > 0 && !this.closed) setTimeout(release, this.quarantineMs).unref();
+    else release();
+    this.log.info({ vm: vm.name }, 'vgpu detached');
+  }
+
+  setWeight(vm: Vgpu, weight: number): void {
+    this.policy.setWeight(vm.name, weight, this.now());
+    vm.weight = weight;
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const vm of [...this.vms.values()]) this.detach(vm);
+    this.dispatcher.close();
+    if (this.running) this.finish(this.running, 0);
+  }
+
+  // ---- VgpuHost: physical resources ----
+
+  allocChid(vm: Vgpu, vchid: number): number {
+    const p = this.owner.indexOf(null);
+    if (p < 0) return -1;
+    this.owner[p] = vm;
+    this.ownerVchid[p] = vchid;
+    return p;
+  }
+
+  freeChid(pchid: number): void {
+    this.owner[pchid] = null;
+    this.ownerVchid[pchid] = -1;
+  }
+
+  /** Physical chids in use. */
+  get chidsInUse(): number {
+    let n = 0;
+    for (const o of this.owner) if (o) n++;
+    return n;
+  }
+
+  shadowInstance(pchid: number): number {
+    return this.shadowInst[pchid]!;
+  }
+
+  /** Rebuild the merged runlist of all VMs and submit it if it changed. */
+  runlistChanged(): void {
+    const ids: number[] = [];
+    for (const vm of this.vms.values()) vm.runlistPchids(ids);
+    ids.sort((a, b) => a - b);
+    const key = ids.join(',');
+    if (key === this.lastRunlist) return;
+    this.lastRunlist = key;
+    this.onRunlist.fill(0);
+    for (const c of ids) this.onRunlist[c] = 1;
+    // Double-buffered: the page being replaced is never rewritten under the engine.
+    this.runlistFlip ^= 1;
+    const page = this.runlistPages[this.runlistFlip]!;
+    const vram = this.engine.vram;
+    ids.forEach((c, i) => {
+      vram.write32(page + 8 * i, c);
+      vram.write32(page + 8 * i + 4, 4);
+    });
+    this.engine.mmioWrite(PFIFO_RUNLIST_BASE, 4, page / 4096);
+    this.engine.mmioWrite(PFIFO_RUNLIST_SUBMIT, 4, ids.length);
+  }
+
+  announce(vm: Vgpu): void {
+    this.dispatcher.doorbell(vm.name);
+  }
+
+  // ---- dispatch ----
+
+  private submit(vmId: string): void {
+    const vm = this.vms.get(vmId) ?? null;
+    const pchid = vm ? vm.takeSubmission() : -1;
+    const sub: Submission = { vm, vmId, pchid, done: false, timer: null, checkMs: this.stallCheckMs };
+    this.running = sub;
+    if (!vm || pchid < 0 || !this.runnable(pchid)) {
+      this.finish(sub, 0);
+      return;
+    }
+    vm.counters.dispatches++;
+    // The engine may run the whole submission (and report idle) inside this write.
+    this.engine.mmioWrite(DOORBELL, 4, pchid);
+    if (!sub.done) this.check(sub);
+  }
+
+  /** Physically able to fetch: enabled, no error, on the merged runlist, PFIFO on. */
+  private runnable(pchid: number): boolean {
+    if (!this.onRunlist[pchid]) return false;
+    if ((this.engine.mmioRead(PMC_ENABLE, 4) & PMC_ENABLE_PFIFO) === 0) return false;
+    const st = this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * pchid, 4);
+    return (st & STATE_ENABLE) !== 0 && (st & STATE_ERROR) === 0;
+  }
+
+  /** Finish a submission that cannot make progress now; else look again later. */
+  private check(sub: Submission): void {
+    if (sub.done) return;
+    const st = this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * sub.pchid, 4);
+    if ((st & STATE_BUSY) === 0 || (st & STATE_ACQUIRE_WAIT) !== 0 || !this.runnable(sub.pchid) ||
+        this.owner[sub.pchid] !== sub.vm) {
+      this.finish(sub, 0);
+      return;
+    }
+    sub.timer = setTimeout(() => {
+      sub.timer = null;
+      this.check(sub);
+    }, sub.checkMs);
+    sub.timer.unref();
+    sub.checkMs = Math.min(sub.checkMs * 2, 100);
+  }
+
+  private finish(sub: Submission, deviceNs: number): void {
+    if (sub.done) return;
+    sub.done = true;
+    if (sub.timer) clearTimeout(sub.timer);
+    sub.timer = null;
+    if (this.running === sub) this.running = null;
+    // Deferred: completions often arrive inside the engine's own processing, and the next
+    // dispatch must not write a doorbell from within it.
+    queueMicrotask(() => {
+      try {
+        this.dispatcher.complete(sub.vmId, deviceNs);
+      } catch (err) {
+        this.log.error({ err, vm: sub.vmId }, 'scheduler completion failed');
+      }
+    });
+  }
+
+  // ---- engine events ----
+
+  private onIdle(chid: number, busyNs: number): void {
+    const vm = this.owner[chid];
+    if (vm) vm.counters.deviceNs += busyNs;
+    const sub = this.running;
+    if (sub && sub.pchid === chid) this.finish(sub, busyNs);
+  }
+
+  private onFault(f: FaultRecord): void {
+    // Keep the physical fault registers free: every fault is reported through the listener.
+    this.engine.mmioWrite(MMU_FAULT_STATUS, 4, 3);
+    const vm = this.owner[f.chid];
+    if (vm) vm.fault(f, this.ownerVchid[f.chid]!);
+  }
+
+  private hostAlloc(size: number): number {
+    const a = this.hostArea.alloc(size, 4096);
+    if (a === null) throw new Error('host-reserved VRAM too small for the fixed host structures');
+    this.engine.vram.u8.fill(0, a, a + size);
+    return a;
+  }
+}

@@ -1,0 +1,184 @@
+// The PV hypercall page of hw-spec §9 (GPUvm's BAR4, CPFL/gxen tools/a3/context_bar4.cc): the
+// guest registers a shared area of 4 KiB slots in its RAM, writes a call into a slot and the
+// slot index into PV_CALL; the call is complete when the write returns. MAP/UNMAP batches (the
+// multicall) go straight into host-owned shadow tables, each entry validated like a shadow PTE,
+// so nothing needs rescanning at flush time.
+import type { Logger } from '../log.ts';
+import type { RangeAllocator } from './alloc.ts';
+import type { VgpuCounters } from './counters.ts';
+import type { GuestMemory } from './guest-memory.ts';
+import type { ShadowMmu } from './shadow-mmu.ts';
+import type { ViewRow } from './regview.ts';
+import {
+  PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
+  PV_MAX_SLOTS, PV_OP, PV_SLOT, PV_SLOT_SIZE, PV_STATUS, PV_VERSION,
+} from '../gpu/spec.ts';
+
+const RO = 0xffffffff;
+const TWO32 = 0x1_0000_0000;
+const EINVAL = 22;
+const EFAULT = 14;
+const ENOMEM = 12;
+const ENOSYS = 38;
+
+export interface PvEnv {
+  mmu: ShadowMmu;
+  guest: () => GuestMemory | null;
+  /** The VM's VRAM allocator (guest-view addresses) for MEM_ALLOC/MEM_FREE. */
+  vramAlloc: RangeAllocator;
+  counters: VgpuCounters;
+  log: Logger;
+  /** Register accessors of the vGPU's view (stored values). */
+  reg(addr: number): number;
+  setReg(addr: number, value: number): void;
+}
+
+/** Registered shared area (plain state). */
+export interface PvState {
+  area: number;
+  slots: number;
+}
+
+interface Call {
+  dv: DataView;
+  count: number;
+  arg0: number;
+  arg1: number;
+}
+
+type OpHandler = (c: Call) => number;
+
+export class PvPage {
+  readonly s: PvState = { area: 0, slots: 0 };
+  private readonly env: PvEnv;
+  private readonly ops: Record<number, OpHandler>;
+  private warnedBadSlot = false;
+
+  constructor(env: PvEnv) {
+    this.env = env;
+    this.ops = {
+      [PV_OP.SET_PGD]: (c) => -env.mmu.pvSetPgd(c.arg0),
+      [PV_OP.MAP_BATCH]: (c) => this.batch(c, true),
+      [PV_OP.UNMAP_BATCH]: (c) => this.batch(c, false),
+      [PV_OP.FLUSH]: (c) => {
+        if (!env.mmu.pvSpace(c.arg0)) return -EINVAL;
+        // Entries are written straight into the shadow the engine walks (it caches nothing
+        // between jobs), so the flush only has to be counted.
+        env.counters.tlbFlushes++;
+        return 0;
+      },
+      [PV_OP.MEM_ALLOC]: (c) => {
+        const align = c.arg1;
+        if (!(c.arg0 > 0) || !(align >= 4096) || 2 ** Math.round(Math.log2(align)) !== align) return -EINVAL;
+        const a = env.vramAlloc.alloc(c.arg0, align);
+        if (a === null) return -ENOMEM;
+        setU64(c.dv, PV_SLOT.ret0, a);
+        return 0;
+      },
+      [PV_OP.MEM_FREE]: (c) => (env.vramAlloc.free(c.arg0) ? 0 : -EINVAL),
+    };
+  }
+
+  /** The rows of BAR0 0xFE0000–0xFE001F. */
+  rows(): ViewRow[] {
+    return [
+      { addr: PV_MAGIC, name: 'PV_MAGIC', access: 'emulate', reset: PV_MAGIC_VALUE, ro: RO },
+      { addr: PV_VERSION, name: 'PV_VERSION', access: 'emulate', reset: 1, ro: RO },
+      { addr: PV_AREA_LO, name: 'PV_AREA_LO', access: 'emulate', reset: 0 },
+      { addr: PV_AREA_HI, name: 'PV_AREA_HI', access: 'emulate', reset: 0 },
+      { addr: PV_AREA_SLOTS, name: 'PV_AREA_SLOTS', access: 'trap', reset: 0, postWrite: (v) => this.register(v) },
+      { addr: PV_CALL, name: 'PV_CALL', access: 'trap', reset: 0, ro: RO, postWrite: (_s, w) => this.call(w) },
+      { addr: PV_STATUS, name: 'PV_STATUS', access: 'emulate', reset: 0, ro: RO },
+    ];
+  }
+
+  reset(): void {
+    this.s.area = 0;
+    this.s.slots = 0;
+  }
+
+  /** PV_AREA_SLOTS written: register the shared area. */
+  private register(slots: number): void {
+    const env = this.env;
+    const lo = env.reg(PV_AREA_LO);
+    const area = lo + env.reg(PV_AREA_HI) * TWO32;
+    this.s.area = 0;
+    this.s.slots = 0;
+    let status = 0;
+    if (!(slots >= 1 && slots <= PV_MAX_SLOTS) || (lo & 0xfff) !== 0) {
+      status = EINVAL;
+    } else {
+      const mem = env.guest();
+      const r = mem?.translate(area, slots * PV_SLOT_SIZE, true);
+      if (!r || !r.ok) status = EFAULT;
+    }
+    if (status === 0) {
+      this.s.area = area;
+      this.s.slots = slots;
+    }
+    env.setReg(PV_STATUS, status);
+    env.log.info({ area: `0x${area.toString(16)}`, slots, status }, 'pv area registered');
+  }
+
+  /** PV_CALL written: perform the call in slot `index`. */
+  private call(index: number): void {
+    const env = this.env;
+    const mem = env.guest();
+    if (this.s.slots === 0 || index >= this.s.slots || !mem) {
+      if (!this.warnedBadSlot) {
+        this.warnedBadSlot = true;
+        env.log.warn({ index, slots: this.s.slots }, 'pv call with a bad slot index (not answered)');
+      }
+      return;
+    }
+    const v = mem.view(this.s.area + index * PV_SLOT_SIZE, PV_SLOT_SIZE, true);
+    if (!v.ok) {
+      env.log.warn({ index, fault: v.fault.message }, 'pv slot no longer mapped (not answered)');
+      return;
+    }
+    env.counters.hypercalls++;
+    const dv = new DataView(v.bytes.buffer, v.bytes.byteOffset, PV_SLOT_SIZE);
+    const op = dv.getUint32(PV_SLOT.op, true);
+    const c: Call = { dv, count: dv.getUint32(PV_SLOT.count, true), arg0: getU64(dv, PV_SLOT.arg0), arg1: getU64(dv, PV_SLOT.arg1) };
+    const handler = this.ops[op];
+    dv.setInt32(PV_SLOT.result, handler ? handler(c) : -ENOSYS, true);
+  }
+
+  /** MAP_BATCH / UNMAP_BATCH: stop at the first invalid entry; count = entries applied. */
+  private batch(c: Call, map: boolean): number {
+    const env = this.env;
+    const sp = env.mmu.pvSpace(c.arg0);
+    let applied = 0;
+    let result = 0;
+    if (!sp || c.count > PV_BATCH_MAX) {
+      result = -EINVAL;
+    } else {
+      const ranges = map ? env.mmu.ranges() : null;
+      for (let i = 0; i < c.count; i++) {
+        const at = PV_SLOT.entries + 16 * i;
+        const va = getU64(c.dv, at);
+        const err = map
+          ? env.mmu.pvMap(sp, va, c.dv.getUint32(at + 8, true), c.dv.getUint32(at + 12, true), ranges!)
+          : env.mmu.pvUnmap(sp, va);
+        if (err !== 0) {
+          result = -err;
+          break;
+        }
+        applied++;
+      }
+    }
+    env.counters.hypercallEntries += applied;
+    c.dv.setUint32(PV_SLOT.count, applied, true);
+    return result;
+  }
+}
+
+/** A u64 field as a number (exact below 2^53; larger values fail validation anyway). */
+function getU64(dv: DataView, at: number): number {
+  return dv.getUint32(at, true) + dv.getUint32(at + 4, true) * TWO32;
+}
+
+function setU64(dv: DataView, at: number, v: number): void {
+  dv.setUint32(at, v % TWO32, true);
+  dv.setUint32(at + 4, Math.floor(v / TWO32), true);
+}

@@ -1,0 +1,358 @@
+// Shadow GPU page tables of one VM (GPUvm's shadow_page_table.cc, hw-spec §7 and §10). The
+// engine only ever walks host-owned tables in the host-reserved VRAM area, which no VM can
+// address. A shadow is built from the guest's page directory and tables: every guest PTE is
+// validated — VRAM targets must lie inside the VM's slice (and are shifted by the slice base),
+// system-memory targets must lie in the VM's DMA map (and become bus addresses) — and anything
+// else becomes non-present, so a bad access faults into the offender's own fault interrupt.
+// Read-only is preserved (and added when the DMA map is read-only). Channels naming the same
+// guest page directory share one shadow. PV spaces (§9 SET_PGD) are host-owned from the start
+// and only change through validated MAP/UNMAP hypercalls.
+import type { Logger } from '../log.ts';
+import type { Vram } from '../gpu/vram.ts';
+import type { RangeAllocator } from './alloc.ts';
+import type { VgpuCounters } from './counters.ts';
+import { GuestRanges, busAddress, type GuestMemory } from './guest-memory.ts';
+import {
+  ENTRY_TARGET_SHIFT, LARGE_PAGE, LARGE_PT_ENTRIES, PD_ENTRIES, PD_SHIFT, PD_SIZE, PDE_LARGE,
+  PDE_PRESENT, PDE_RESERVED, PTE_PRESENT, PTE_READ_ONLY, PTE_RESERVED, SMALL_PAGE,
+  SMALL_PT_ENTRIES, TARGET_SYSMEM, TARGET_SYSMEM_NC, TARGET_VRAM, VA_LIMIT,
+} from '../gpu/spec.ts';
+
+const TWO32 = 0x1_0000_0000;
+const PDE_SPAN = 2 ** PD_SHIFT;
+const SMALL_PT_SIZE = SMALL_PT_ENTRIES * 8;
+const LARGE_PT_SIZE = LARGE_PT_ENTRIES * 8;
+const EINVAL = 22;
+const EFAULT = 14;
+const ENOMEM = 12;
+
+/** The VM's VRAM slice: guest VRAM address a is engine VRAM address base + a, for a < size. */
+export interface Slice {
+  base: number;
+  size: number;
+}
+
+/** What the shadow MMU works with; owned by the vGPU. */
+export interface ShadowEnv {
+  vram: Vram;
+  slice: Slice;
+  /** The VM's system memory (DMA map table); null before a client connected. */
+  guest: () => GuestMemory | null;
+  busIndex: number;
+  /** Host-reserved VRAM (shadow PDs and PTs come from here). */
+  host: RangeAllocator;
+  counters: VgpuCounters;
+  log: Logger;
+}
+
+export interface ShadowTable {
+  large: boolean;
+  /** Engine VRAM address of the shadow table. */
+  addr: number;
+}
+
+/** One shadowed guest address space. Plain data. */
+export interface ShadowSpace {
+  key: string;
+  /** The guest's page directory (guest view). */
+  target: number;
+  addr: number;
+  /** Engine VRAM address of the shadow PD (host-reserved area). */
+  pd: number;
+  /** Shadow page tables by PDE index. */
+  tables: Record<number, ShadowTable>;
+  /** A flush was trapped and the shadow not yet rebuilt (lazy shadowing). */
+  dirty: boolean;
+  /** Host-owned (PV SET_PGD): never rebuilt from guest memory. */
+  pv: boolean;
+  /** Bound channels using it. */
+  refs: number;
+}
+
+export function spaceKey(target: number, addr: number): string {
+  return `${target === TARGET_VRAM ? 'vram' : 'sys'}:${addr}`;
+}
+
+const isSysmem = (t: number): boolean => t === TARGET_SYSMEM || t === TARGET_SYSMEM_NC;
+const NO_RANGES = new GuestRanges([]);
+
+export class ShadowMmu {
+  private readonly env: ShadowEnv;
+  /** Guest key → space. */
+  readonly spaces = new Map<string, ShadowSpace>();
+  /** Host bytes held by this VM's shadows. */
+  shadowBytes = 0;
+  private pdScratch: Uint8Array | null = null;
+  private ptScratch: Uint8Array | null = null;
+  private warnedNoMem = false;
+
+  constructor(env: ShadowEnv) {
+    this.env = env;
+  }
+
+  /**
+   * The shadow for a guest page directory a channel is being bound to: created (and built)
+   * on first use, rebuilt when a flush left it dirty. Returns null when host memory for the
+   * shadow PD is exhausted.
+   */
+  acquire(target: number, addr: number): ShadowSpace | null {
+    const key = spaceKey(target, addr);
+    let sp = this.spaces.get(key);
+    if (!sp) {
+      const pd = this.allocHost(PD_SIZE);
+      if (pd < 0) return null;
+      sp = { key, target, addr, pd, tables: {}, dirty: true, pv: false, refs: 0 };
+      this.spaces.set(key, sp);
+    }
+    sp.refs++;
+    this.sync(sp);
+    return sp;
+  }
+
+  /** A channel stopped using sp. Non-PV shadows without users are freed. */
+  release(sp: ShadowSpace): void {
+    sp.refs = Math.max(0, sp.refs - 1);
+    if (sp.refs === 0 && !sp.pv) this.drop(sp);
+  }
+
+  /**
+   * A trapped TLB flush (MMU_FLUSH_TRIGGER) of the guest PD at pdAddr, or of every PD (null).
+   * Eager shadowing rebuilds now; lazy shadowing marks the shadow dirty.
+   */
+  flush(pdAddr: number | null, eager: boolean): void {
+    for (const sp of this.spaces.values()) {
+      if (sp.pv || (pdAddr !== null && sp.addr !== pdAddr)) continue;
+      if (eager) this.rebuild(sp);
+      else sp.dirty = true;
+    }
+  }
+
+  /** Rebuild sp if a flush left it dirty (lazy shadowing: at doorbells and binds). */
+  sync(sp: ShadowSpace): void {
+    if (sp.dirty && !sp.pv) this.rebuild(sp);
+  }
+
+  /** Forget every shadow (VM reset or exit). */
+  reset(): void {
+    for (const sp of [...this.spaces.values()]) this.drop(sp);
+  }
+
+  // ---- rebuild from guest memory ----
+
+  /** Rescan the guest PD and its tables and bring the shadow up to date. */
+  rebuild(sp: ShadowSpace): void {
+    const env = this.env;
+    env.counters.shadowRebuilds++;
+    sp.dirty = false;
+    const mem = env.guest();
+    const ranges = mem ? new GuestRanges(mem.describe()) : NO_RANGES;
+    this.pdScratch ??= new Uint8Array(PD_SIZE);
+    const gpd = this.readGuest(sp.target, sp.addr, PD_SIZE, ranges, this.pdScratch);
+    const spd = this.entries(sp.pd, PD_ENTRIES);
+    for (let pdi = 0; pdi < PD_ENTRIES; pdi++) {
+      const lo = gpd ? gpd[2 * pdi]! : 0;
+      const hi = gpd ? gpd[2 * pdi + 1]! : 0;
+      let pde = 0;
+      const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
+      if ((lo & PDE_PRESENT) !== 0 && (lo & PDE_RESERVED) === 0 && target !== 1) {
+        const large = (lo & PDE_LARGE) !== 0;
+        const n = large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
+        const ptAddr = ((lo & 0xfffff000) >>> 0) + hi * TWO32;
+        this.ptScratch ??= new Uint8Array(SMALL_PT_SIZE);
+        const gpt = this.readGuest(target, ptAddr, n * 8, ranges, this.ptScratch);
+        if (gpt) {
+          const t = this.table(sp, pdi, large);
+          if (t) {
+            this.fillTable(t, gpt, ranges);
+            pde = t.addr + PDE_PRESENT + (large ? PDE_LARGE : 0);
+          }
+        }
+      }
+      if (pde === 0 && sp.tables[pdi]) this.dropTable(sp, pdi);
+      this.put(spd, pdi, pde);
+    }
+  }
+
+  /** Shadow every entry of one guest table into t. */
+  private fillTable(t: ShadowTable, gpt: Uint32Array, ranges: GuestRanges): void {
+    const n = t.large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
+    const spt = this.entries(t.addr, n);
+    for (let i = 0; i < n; i++) {
+      const lo = gpt[2 * i]!;
+      // Fast path: absent in both.
+      if ((lo & PTE_PRESENT) === 0 && spt[2 * i] === 0 && spt[2 * i + 1] === 0) continue;
+      this.put(spt, i, this.shadowPte(lo, gpt[2 * i + 1]!, t.large, ranges));
+    }
+  }
+
+  /**
+   * The shadow value (as a number < 2^53) of a guest PTE, or 0 (non-present) when the guest
+   * entry is absent, malformed, or names memory the VM does not own.
+   */
+  shadowPte(lo: number, hi: number, large: boolean, ranges: GuestRanges): number {
+    if ((lo & PTE_PRESENT) === 0) return 0;
+    const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
+    if ((lo & PTE_RESERVED) !== 0 || target === 1) return 0;
+    const page = large ? LARGE_PAGE : SMALL_PAGE;
+    const addr = ((lo & 0xfffff000) >>> 0) + hi * TWO32;
+    if (large && addr % LARGE_PAGE !== 0) return 0;
+    let flags = PTE_PRESENT | (lo & PTE_READ_ONLY) | (target << ENTRY_TARGET_SHIFT);
+    if (target === TARGET_VRAM) {
+      const slice = this.env.slice;
+      if (!(addr + page <= slice.size)) return 0;
+      return slice.base + addr + flags;
+    }
+    const a = ranges.access(addr, page);
+    if (a === 0) return 0;
+    if (a === 1) flags |= PTE_READ_ONLY;
+    return busAddress(this.env.busIndex, addr) + flags;
+  }
+
+  // ---- PV (hw-spec §9): host-owned spaces ----
+
+  /** SET_PGD: declare the guest PD at addr (VRAM, guest view) PV-managed. Returns 0 or an errno. */
+  pvSetPgd(addr: number): number {
+    if (!Number.isSafeInteger(addr) || addr < 0 || addr % SMALL_PAGE !== 0 || addr + PD_SIZE > this.env.slice.size) return EINVAL;
+    const key = spaceKey(TARGET_VRAM, addr);
+    const sp = this.spaces.get(key);
+    if (sp) {
+      if (sp.pv) return 0;
+      // Take over an existing shadow: start from an empty host-owned table set.
+      for (const k of Object.keys(sp.tables)) this.dropTable(sp, Number(k));
+      this.env.vram.u8.fill(0, sp.pd, sp.pd + PD_SIZE);
+      sp.pv = true;
+      sp.dirty = false;
+      return 0;
+    }
+    const pd = this.allocHost(PD_SIZE);
+    if (pd < 0) return ENOMEM;
+    this.spaces.set(key, { key, target: TARGET_VRAM, addr, pd, tables: {}, dirty: false, pv: true, refs: 0 });
+    return 0;
+  }
+
+  /** The PV space for a PD address, or null. */
+  pvSpace(addr: number): ShadowSpace | null {
+    const sp = this.spaces.get(spaceKey(TARGET_VRAM, addr));
+    return sp && sp.pv ? sp : null;
+  }
+
+  /**
+   * MAP one 4 KiB page in a PV space, validated like a shadow PTE. Returns 0 or an errno:
+   * EINVAL for a malformed VA or PTE, EFAULT for memory the VM does not own, ENOMEM when no
+   * host memory is left for the page table.
+   */
+  pvMap(sp: ShadowSpace, va: number, lo: number, hi: number, ranges: GuestRanges): number {
+    if (!Number.isSafeInteger(va) || va < 0 || va >= VA_LIMIT || va % SMALL_PAGE !== 0) return EINVAL;
+    const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
+    if ((lo & PTE_PRESENT) === 0 || (lo & PTE_RESERVED) !== 0 || target === 1) return EINVAL;
+    const v = this.shadowPte(lo, hi, false, ranges);
+    if (v === 0) return EFAULT;
+    const pdi = Math.floor(va / PDE_SPAN);
+    const existing = sp.tables[pdi];
+    if (existing && existing.large) return EINVAL;
+    const t = existing ?? this.table(sp, pdi, false);
+    if (!t) return ENOMEM;
+    if (!existing) this.put(this.entries(sp.pd, PD_ENTRIES), pdi, t.addr + PDE_PRESENT);
+    this.put(this.entries(t.addr, SMALL_PT_ENTRIES), (va % PDE_SPAN) / SMALL_PAGE, v);
+    return 0;
+  }
+
+  /** UNMAP one page of a PV space. Returns 0 or EINVAL. */
+  pvUnmap(sp: ShadowSpace, va: number): number {
+    if (!Number.isSafeInteger(va) || va < 0 || va >= VA_LIMIT || va % SMALL_PAGE !== 0) return EINVAL;
+    const t = sp.tables[Math.floor(va / PDE_SPAN)];
+    if (!t) return 0;
+    const idx = (va % PDE_SPAN) / (t.large ? LARGE_PAGE : SMALL_PAGE);
+    this.put(this.entries(t.addr, t.large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES), Math.floor(idx), 0);
+    return 0;
+  }
+
+  /** A snapshot of the VM's DMA map for validating a batch of entries. */
+  ranges(): GuestRanges {
+    const mem = this.env.guest();
+    return mem ? new GuestRanges(mem.describe()) : NO_RANGES;
+  }
+
+  // ---- host memory and entry helpers ----
+
+  /** The shadow table of PDE pdi with the given page size, allocating (zeroed) if needed. */
+  private table(sp: ShadowSpace, pdi: number, large: boolean): ShadowTable | null {
+    const t = sp.tables[pdi];
+    if (t && t.large === large) return t;
+    if (t) this.dropTable(sp, pdi);
+    const addr = this.allocHost(large ? LARGE_PT_SIZE : SMALL_PT_SIZE);
+    if (addr < 0) return null;
+    const nt: ShadowTable = { large, addr };
+    sp.tables[pdi] = nt;
+    return nt;
+  }
+
+  private dropTable(sp: ShadowSpace, pdi: number): void {
+    const t = sp.tables[pdi];
+    if (!t) return;
+    delete sp.tables[pdi];
+    this.freeHost(t.addr);
+  }
+
+  private drop(sp: ShadowSpace): void {
+    for (const k of Object.keys(sp.tables)) this.dropTable(sp, Number(k));
+    this.freeHost(sp.pd);
+    this.spaces.delete(sp.key);
+  }
+
+  /** Zeroed host VRAM, or −1 (logged once) when the host area is full. */
+  private allocHost(size: number): number {
+    const a = this.env.host.alloc(size, SMALL_PAGE);
+    if (a === null) {
+      if (!this.warnedNoMem) {
+        this.warnedNoMem = true;
+        this.env.log.warn({ size, inUse: this.env.host.inUse }, 'host-reserved VRAM exhausted: shadow entries left non-present');
+      }
+      return -1;
+    }
+    this.env.vram.u8.fill(0, a, a + size);
+    this.shadowBytes += size;
+    return a;
+  }
+
+  private freeHost(addr: number): void {
+    this.shadowBytes -= this.env.host.sizeOf(addr);
+    this.env.host.free(addr);
+  }
+
+  /** 64-bit entries at an engine VRAM address as [lo, hi, lo, hi, …] (a live view). */
+  private entries(addr: number, count: number): Uint32Array {
+    const u8 = this.env.vram.u8;
+    return new Uint32Array(u8.buffer, u8.byteOffset + addr, count * 2);
+  }
+
+  /** Write entry i = v (a number < 2^53) if it changed; counts the write. */
+  private put(view: Uint32Array, i: number, v: number): void {
+    const lo = v % TWO32;
+    const hi = (v - lo) / TWO32;
+    if (view[2 * i] === lo && view[2 * i + 1] === hi) return;
+    view[2 * i] = lo;
+    view[2 * i + 1] = hi;
+    this.env.counters.shadowPtesWritten++;
+  }
+
+  /**
+   * Guest table bytes as 32-bit words: a live view of the slice for VRAM, a copy (into
+   * scratch) for system memory. null if the table is not entirely inside memory the VM owns.
+   */
+  private readGuest(target: number, addr: number, len: number, ranges: GuestRanges, scratch: Uint8Array): Uint32Array | null {
+    if (!Number.isSafeInteger(addr) || addr < 0 || addr % 8 !== 0) return null;
+    if (target === TARGET_VRAM) {
+      const slice = this.env.slice;
+      if (addr + len > slice.size) return null;
+      const u8 = this.env.vram.u8;
+      return new Uint32Array(u8.buffer, u8.byteOffset + slice.base + addr, len / 4);
+    }
+    if (!isSysmem(target) || ranges.access(addr, len) === 0) return null;
+    const mem = this.env.guest();
+    if (!mem) return null;
+    const buf = scratch.subarray(0, len);
+    if (mem.read(addr, buf) !== null) return null;
+    return new Uint32Array(buf.buffer, buf.byteOffset, len / 4);
+  }
+}

@@ -1,0 +1,147 @@
+// In-process guests for the aggregator tests: a real engine, the aggregator, and per VM the
+// engine's own HostDriver acting as the guest driver. The driver is pointed at a guest-side
+// view of the vGPU (BAR0 = the vGPU's register view, BAR1 = the VM's VRAM slice, MSI-X = the
+// vGPU's interrupt sink) and its system memory is a real device-model DmaTable: every buffer
+// the driver allocates (a memfd) is also DMA-mapped at the same guest-physical address, as
+// QEMU maps guest RAM. Nothing is mocked: shadow tables, the bus resolver and the kernels run
+// for real.
+import { openSync } from 'node:fs';
+import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
+import { HostDriver, type GpuVm, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import type { BusRegion } from '../../src/gpu/bus.ts';
+import { DmaTable } from '../../src/device-model/dma.ts';
+import { native } from '../../src/native.ts';
+import { Aggregator, type AggregatorOptions, type AttachOptions } from '../../src/aggregator/aggregator.ts';
+import type { Vgpu } from '../../src/aggregator/vgpu.ts';
+import { TARGET_SYSMEM } from '../../src/gpu/spec.ts';
+
+export interface GpuBuf {
+  va: number;
+  bytes: number;
+  u8: Uint8Array;
+  u32: Uint32Array;
+  f32: Float32Array;
+  /** Guest VRAM address (slice-relative) or guest-physical address. */
+  addr: number;
+}
+
+export interface Guest {
+  vm: Vgpu;
+  drv: HostDriver;
+  ch: HostChannel;
+  gvm: GpuVm;
+  dma: DmaTable;
+  /** The guest's BAR1: its VRAM slice. */
+  bar1: Uint8Array;
+  rd(off: number): number;
+  wr(off: number, v: number): void;
+  vram(bytes: number, opts?: { readOnly?: boolean; large?: boolean }): GpuBuf;
+  sys(bytes: number, opts?: { readOnly?: boolean }): GpuBuf;
+  /** Map extra guest RAM (a memfd) at gpa; returns its CPU view. */
+  ram(gpa: number, bytes: number, writable?: boolean): Uint8Array;
+  close(): void;
+}
+
+export function views(u8: Uint8Array): { u8: Uint8Array; u32: Uint32Array; f32: Float32Array } {
+  return {
+    u8,
+    u32: new Uint32Array(u8.buffer, u8.byteOffset, u8.byteLength >> 2),
+    f32: new Float32Array(u8.buffer, u8.byteOffset, u8.byteLength >> 2),
+  };
+}
+
+export function host(opts: EngineOptions = {}, aggOpts: Partial<AggregatorOptions> = {}): { engine: Engine; agg: Aggregator; close(): void } {
+  const engine = new Engine({ vramSize: 256 << 20, channels: 16, ...opts });
+  const agg = new Aggregator({ engine, hostReserved: 32 << 20, quarantineMs: 0, ...aggOpts });
+  return {
+    engine,
+    agg,
+    close() {
+      agg.close();
+      engine.close();
+    },
+  };
+}
+
+/** A DmaTable entry for memory the test owns (a new fd on the same memfd, owned by the table). */
+function dmaMap(dma: DmaTable, gpa: number, fd: number, size: number, writable: boolean): void {
+  const own = openSync(`/proc/self/fd/${fd}`, 'r+');
+  const err = dma.map({ addr: gpa, size, offset: 0, readable: true, writable, fd: own });
+  if (err !== 0) throw new Error(`DMA map at 0x${gpa.toString(16)} failed: errno ${err}`);
+}
+
+/** Attach a VM and boot a HostDriver in it with one channel. */
+export function guest(agg: Aggregator, o: AttachOptions): Guest {
+  const vm = agg.attach(o);
+  const engine = agg.engine;
+  const { base, size } = vm.slice;
+  const bar1 = engine.vram.u8.subarray(base, base + size);
+  const dv = new DataView(bar1.buffer, bar1.byteOffset, size);
+  const trapped = !vm.traits.bar1Mapped;
+  // BAR1 as the guest sees it; word accesses go through the trap path in fv-naive.
+  const vram = {
+    fd: -1, size, u8: bar1, dv,
+    contains: (a: number, n: number) => a >= 0 && a + n <= size,
+    read32: (a: number) => (trapped ? Number(vm.bar1Read(a, 4)) : dv.getUint32(a, true)),
+    write32: (a: number, v: number) => (trapped ? vm.bar1Write(a, 4, v >>> 0) : dv.setUint32(a, v >>> 0, true)),
+  };
+  let sink: (v: number) => void = () => {};
+  const facade = {
+    vram,
+    mmioRead: (off: number, sz: number) => vm.mmioRead(off, sz),
+    mmioWrite: (off: number, sz: number, v: number | bigint) => vm.mmioWrite(off, sz, v),
+    set onInterrupt(f: (v: number) => void) {
+      sink = f;
+    },
+    bus: null as unknown,
+  };
+  const dma = new DmaTable();
+  agg.connect(vm, dma, (v) => sink(v));
+  const drv = new HostDriver(facade as unknown as Engine, { sysmemBusBase: 0x1_0000_0000 });
+  // Memory the driver allocates is guest RAM: put it into the VM's DMA map too.
+  const add = drv.bus.add.bind(drv.bus);
+  drv.bus.add = (r: BusRegion) => {
+    add(r);
+    dmaMap(dma, r.bus, r.fd, r.length, r.writable);
+  };
+  const ch = drv.createChannel();
+  const gvm = ch.vm;
+  const extra: { buf: ArrayBuffer; fd: number }[] = [];
+  return {
+    vm, drv, ch, gvm, dma, bar1,
+    rd: (off) => Number(vm.mmioRead(off, 4)),
+    wr: (off, v) => vm.mmioWrite(off, 4, v >>> 0),
+    vram(bytes, opts = {}) {
+      const b = drv.vramBuffer(gvm, bytes, opts);
+      return { va: b.va, bytes, addr: b.addr, ...views(b.u8) };
+    },
+    sys(bytes, opts = {}) {
+      const b = drv.allocSysmem(bytes);
+      const va = gvm.map(b.bus, b.size, { target: TARGET_SYSMEM, readOnly: opts.readOnly });
+      return { va, bytes, addr: b.bus, ...views(b.u8.subarray(0, bytes)) };
+    },
+    ram(gpa, bytes, writable = true) {
+      const fd = native.memfdCreate('guest-ram', bytes);
+      const buf = native.mmap(fd, bytes, 0);
+      dmaMap(dma, gpa, fd, bytes, writable);
+      extra.push({ buf, fd });
+      return new Uint8Array(buf);
+    },
+    close() {
+      for (const e of extra) {
+        native.munmap(e.buf);
+        native.close(e.fd);
+      }
+      dma.unmapAll();
+    },
+  };
+}
+
+/** Wait until cond() holds, checking after each macrotask turn (bounded). */
+export async function until(cond: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('timed out waiting for a condition');
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
