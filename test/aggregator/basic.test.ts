@@ -80,6 +80,22 @@ describe('aggregator basics', () => {
         })(),
       ]);
       expect(a.vm.counters.faults + b.vm.counters.faults).toBe(0);
+      for (const g of [a, b]) {
+        const c = g.vm.counters;
+        if (mode === 'pv' || mode === 'pv-batch') {
+          // Host-owned tables: every mapping was a validated hypercall, nothing was rescanned.
+          expect(c.hypercalls).toBeGreaterThan(0);
+          expect(c.shadowRebuilds).toBe(0);
+          expect(c.hypercallEntries).toBe(c.shadowPtesWritten - Object.keys(g.vm.mmu.spaces.values().next().value!.tables).length);
+        } else {
+          expect(c.hypercalls).toBe(0);
+          expect(c.shadowRebuilds).toBeGreaterThan(0);
+        }
+        if (mode === 'fv-naive') expect(c.bar1Writes).toBeGreaterThan(0);
+        else expect(c.bar1Writes).toBe(0);
+        // The scheduler saw this VM's submissions.
+        expect(h!.agg.policy.state().vms[g.vm.name]!.completed).toBeGreaterThan(0);
+      }
     });
   }
 });

@@ -7,12 +7,14 @@
 // for real.
 import { openSync } from 'node:fs';
 import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
-import { HostDriver, type GpuVm, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import { GpuVm, HostDriver, type HostChannel, type MapOptions } from '../../src/gpu/host-driver/driver.ts';
+import { pte, type Entry } from '../../src/gpu/host-driver/pte.ts';
 import type { BusRegion } from '../../src/gpu/bus.ts';
 import { DmaTable } from '../../src/device-model/dma.ts';
 import { native } from '../../src/native.ts';
 import { Aggregator, type AggregatorOptions, type AttachOptions } from '../../src/aggregator/aggregator.ts';
 import type { Vgpu } from '../../src/aggregator/vgpu.ts';
+import * as S from '../../src/gpu/spec.ts';
 import { TARGET_SYSMEM } from '../../src/gpu/spec.ts';
 
 export interface GpuBuf {
@@ -39,7 +41,107 @@ export interface Guest {
   sys(bytes: number, opts?: { readOnly?: boolean }): GpuBuf;
   /** Map extra guest RAM (a memfd) at gpa; returns its CPU view. */
   ram(gpa: number, bytes: number, writable?: boolean): Uint8Array;
+  /** The PV client (pv modes). */
+  pv: PvClient | null;
   close(): void;
+}
+
+/** Guest-physical address of the PV shared area in the test guests. */
+export const PV_AREA_GPA = 0x8000_0000;
+
+export interface PvResult {
+  result: number;
+  count: number;
+  ret0: number;
+}
+
+/** The guest side of hw-spec §9: a registered shared area and calls through slot 0. */
+export class PvClient {
+  readonly slots: number;
+  private readonly wr: (off: number, v: number) => void;
+  private readonly dv: DataView;
+
+  constructor(area: Uint8Array, gpa: number, slots: number, rd: (off: number) => number, wr: (off: number, v: number) => void) {
+    this.slots = slots;
+    this.wr = wr;
+    this.dv = new DataView(area.buffer, area.byteOffset, area.byteLength);
+    wr(S.PV_AREA_LO, gpa % 2 ** 32);
+    wr(S.PV_AREA_HI, Math.floor(gpa / 2 ** 32));
+    wr(S.PV_AREA_SLOTS, slots);
+    const st = rd(S.PV_STATUS);
+    if (st !== 0) throw new Error(`PV area registration failed: errno ${st}`);
+  }
+
+  call(op: number, args: { arg0?: number; arg1?: number; entries?: [number, Entry][]; count?: number } = {}, slot = 0): PvResult {
+    const dv = this.dv;
+    const b = slot * S.PV_SLOT_SIZE;
+    const u64 = (at: number, v: number) => {
+      dv.setUint32(b + at, v % 2 ** 32, true);
+      dv.setUint32(b + at + 4, Math.floor(v / 2 ** 32), true);
+    };
+    const entries = args.entries ?? [];
+    dv.setUint32(b + S.PV_SLOT.op, op, true);
+    dv.setInt32(b + S.PV_SLOT.result, 0x7eadbeef, true);
+    dv.setUint32(b + S.PV_SLOT.count, args.count ?? entries.length, true);
+    dv.setUint32(b + S.PV_SLOT.flags, 0, true);
+    u64(S.PV_SLOT.arg0, args.arg0 ?? 0);
+    u64(S.PV_SLOT.arg1, args.arg1 ?? 0);
+    entries.forEach(([va, e], i) => {
+      u64(S.PV_SLOT.entries + 16 * i, va);
+      dv.setUint32(b + S.PV_SLOT.entries + 16 * i + 8, e[0], true);
+      dv.setUint32(b + S.PV_SLOT.entries + 16 * i + 12, e[1], true);
+    });
+    this.wr(S.PV_CALL, slot);
+    return {
+      result: dv.getInt32(b + S.PV_SLOT.result, true),
+      count: dv.getUint32(b + S.PV_SLOT.count, true),
+      ret0: dv.getUint32(b + S.PV_SLOT.ret0, true) + dv.getUint32(b + S.PV_SLOT.ret0 + 4, true) * 2 ** 32,
+    };
+  }
+}
+
+/**
+ * A GPU address space whose page tables the host owns (PV): SET_PGD once, then every mapping
+ * is a MAP_BATCH hypercall — one entry per call (pv) or up to 128 (pv-batch) — and a FLUSH.
+ */
+export class PvGpuVm extends GpuVm {
+  private readonly pv: PvClient;
+  private readonly batch: number;
+
+  constructor(drv: HostDriver, pv: PvClient, batch: number) {
+    super(drv);
+    this.pv = pv;
+    this.batch = batch;
+    const r = pv.call(S.PV_OP.SET_PGD, { arg0: this.pd });
+    if (r.result !== 0) throw new Error(`SET_PGD failed: ${r.result}`);
+  }
+
+  override mapAt(va: number, phys: number, size: number, opts: MapOptions = {}): void {
+    const entries: [number, Entry][] = [];
+    for (let off = 0; off < size; off += S.SMALL_PAGE) {
+      entries.push([va + off, pte(phys + off, { target: opts.target, readOnly: opts.readOnly })]);
+    }
+    this.send(S.PV_OP.MAP_BATCH, entries);
+  }
+
+  override setPte(va: number, e: Entry): void {
+    this.send(S.PV_OP.MAP_BATCH, [[va, e]]);
+  }
+
+  override unmap(va: number, size: number): void {
+    const entries: [number, Entry][] = [];
+    for (let off = 0; off < size; off += S.SMALL_PAGE) entries.push([va + off, [0, 0]]);
+    this.send(S.PV_OP.UNMAP_BATCH, entries);
+  }
+
+  private send(op: number, entries: [number, Entry][]): void {
+    for (let i = 0; i < entries.length; i += this.batch) {
+      const chunk = entries.slice(i, i + this.batch);
+      const r = this.pv.call(op, { arg0: this.pd, entries: chunk });
+      if (r.result !== 0) throw new Error(`PV op ${op} failed: ${r.result} after ${r.count} entries`);
+    }
+    this.pv.call(S.PV_OP.FLUSH, { arg0: this.pd });
+  }
 }
 
 export function views(u8: Uint8Array): { u8: Uint8Array; u32: Uint32Array; f32: Float32Array } {
@@ -71,7 +173,7 @@ function dmaMap(dma: DmaTable, gpa: number, fd: number, size: number, writable: 
 }
 
 /** Attach a VM and boot a HostDriver in it with one channel. */
-export function guest(agg: Aggregator, o: AttachOptions): Guest {
+export function guest(agg: Aggregator, o: AttachOptions & { pvTables?: boolean }): Guest {
   const vm = agg.attach(o);
   const engine = agg.engine;
   const { base, size } = vm.slice;
@@ -104,13 +206,27 @@ export function guest(agg: Aggregator, o: AttachOptions): Guest {
     add(r);
     dmaMap(dma, r.bus, r.fd, r.length, r.writable);
   };
-  const ch = drv.createChannel();
-  const gvm = ch.vm;
   const extra: { buf: ArrayBuffer; fd: number }[] = [];
+  const ram = (gpa: number, bytes: number, writable = true): Uint8Array => {
+    const fd = native.memfdCreate('guest-ram', bytes);
+    const buf = native.mmap(fd, bytes, 0);
+    dmaMap(dma, gpa, fd, bytes, writable);
+    extra.push({ buf, fd });
+    return new Uint8Array(buf);
+  };
+  const rd = (off: number) => Number(vm.mmioRead(off, 4));
+  const wr = (off: number, v: number) => vm.mmioWrite(off, 4, v >>> 0);
+  let pv: PvClient | null = null;
+  let gvm: GpuVm;
+  if (vm.traits.pv && o.pvTables !== false) {
+    pv = new PvClient(ram(PV_AREA_GPA, 2 * S.PV_SLOT_SIZE), PV_AREA_GPA, 2, rd, wr);
+    gvm = new PvGpuVm(drv, pv, o.mode === 'pv' ? 1 : S.PV_BATCH_MAX);
+  } else {
+    gvm = drv.createVm();
+  }
+  const ch = drv.createChannel(gvm);
   return {
-    vm, drv, ch, gvm, dma, bar1,
-    rd: (off) => Number(vm.mmioRead(off, 4)),
-    wr: (off, v) => vm.mmioWrite(off, 4, v >>> 0),
+    vm, drv, ch, gvm, dma, bar1, pv, rd, wr, ram,
     vram(bytes, opts = {}) {
       const b = drv.vramBuffer(gvm, bytes, opts);
       return { va: b.va, bytes, addr: b.addr, ...views(b.u8) };
@@ -119,13 +235,6 @@ export function guest(agg: Aggregator, o: AttachOptions): Guest {
       const b = drv.allocSysmem(bytes);
       const va = gvm.map(b.bus, b.size, { target: TARGET_SYSMEM, readOnly: opts.readOnly });
       return { va, bytes, addr: b.bus, ...views(b.u8.subarray(0, bytes)) };
-    },
-    ram(gpa, bytes, writable = true) {
-      const fd = native.memfdCreate('guest-ram', bytes);
-      const buf = native.mmap(fd, bytes, 0);
-      dmaMap(dma, gpa, fd, bytes, writable);
-      extra.push({ buf, fd });
-      return new Uint8Array(buf);
     },
     close() {
       for (const e of extra) {
