@@ -106,7 +106,15 @@ export class CommandProcessor {
 
   /** Execute up to `budget` methods of one channel; returns how many were used. */
   private run(ch: ChannelState, budget: number): number {
-    if (!this.fifo.runnable(ch) || ch.wait !== WAIT_NONE) return 1;
+    if (!this.fifo.runnable(ch)) return 1;
+    if (ch.wait === WAIT_ACQUIRE) {
+      // A doorbell re-evaluates a pending acquire at once (the CPU may have written the value).
+      const met = this.acquireMet(ch);
+      if (!met) return 1;
+      ch.wait = WAIT_NONE;
+      this.acquirers.delete(ch);
+    }
+    if (ch.wait !== WAIT_NONE) return 1;
     if (ch.kicked) {
       ch.kicked = false;
       const put = this.mmu.physRead(ch.userdTarget, ch.userdAddr + USERD.GP_PUT, 4);

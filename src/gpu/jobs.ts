@@ -62,11 +62,11 @@ export const jobPool = {
   },
 
   submitKernel(job: KernelJob, watchdogMs: number, done: Done): number {
-    return track(native.submitKernel(job), watchdogMs, done);
+    return track(guard(() => native.submitKernel(job)), watchdogMs, done);
   },
 
   submitCopy(job: CopyJob, watchdogMs: number, done: Done): number {
-    return track(native.submitCopy(job), watchdogMs, done);
+    return track(guard(() => native.submitCopy(job)), watchdogMs, done);
   },
 
   cancel(id: number): void {
@@ -77,6 +77,16 @@ export const jobPool = {
     return pending.size;
   },
 };
+
+/** A submit that throws (argument validation in the addon) becomes a failed job, never an
+ * exception through the MMIO path. */
+function guard(submit: () => number): number {
+  try {
+    return submit();
+  } catch {
+    return -22; // EINVAL
+  }
+}
 
 function track(id: number, watchdogMs: number, done: Done): number {
   if (id < 0) {

@@ -203,7 +203,10 @@ export class Pfifo {
           // A channel in the error state cannot be enabled (rebind it to recover).
           preWrite: (v) => (ch.error ? v & ~STATE_ENABLE : v),
           postWrite: (v, _w, old) => {
-            if (v & STATE_ENABLE && !(old & STATE_ENABLE)) this.kick(ch);
+            if (v & STATE_ENABLE && !(old & STATE_ENABLE) && ch.bound) {
+              ch.kicked = true; // becoming runnable re-reads GP_PUT
+              this.kick(ch);
+            }
           },
           postRead: () => this.stateBits(ch),
         },

@@ -98,6 +98,14 @@ export class GpuVm {
     this.drv.vramWrite64(this.pd + pdIndex(va) * 8, e);
   }
 
+  /** Unmap a range returned by map() and give its VA back. */
+  free(va: number, size: number, opts: MapOptions = {}): void {
+    const page = opts.large ? S.LARGE_PAGE : S.SMALL_PAGE;
+    const span = opts.large ? Math.ceil(size / PDE_SPAN) * PDE_SPAN : Math.ceil(size / page) * page;
+    this.unmap(va, Math.ceil(size / page) * page, !!opts.large);
+    this.va.release(va, span);
+  }
+
   unmap(va: number, size: number, large = false): void {
     const page = large ? S.LARGE_PAGE : S.SMALL_PAGE;
     for (let off = 0; off < size; off += page) this.setPte(va + off, [0, 0], large);
@@ -189,6 +197,18 @@ export class HostChannel {
     w(S.INST.PD_LO, (vm.pd % TWO32) | S.TARGET_VRAM);
     w(S.INST.PD_HI, Math.floor(vm.pd / TWO32));
     this.bind();
+  }
+
+  /** Give the channel's VRAM and VA back (after it was unbound). */
+  release(): void {
+    this.vm.free(this.gpfifoVa, this.entries * 8);
+    this.vm.free(this.pbVa, this.pbSize);
+    this.vm.free(this.semVa, 4096);
+    this.drv.freeVram(this.inst, S.INST_SIZE);
+    this.drv.freeVram(this.userd, S.USERD_SIZE);
+    this.drv.freeVram(this.gpfifo, this.entries * 8);
+    this.drv.freeVram(this.pb, this.pbSize);
+    this.drv.freeVram(this.sem, 4096);
   }
 
   /** (Re)bind: CHAN with VALID, then enable. Clears an error state. */
@@ -462,6 +482,7 @@ export class HostDriver {
     this.channels[ch.chid] = null;
     ch.failed(new GpuError(ch.chid, S.CHAN_ERR.NONE));
     this.submitRunlist();
+    ch.release();
   }
 
   private submitRunlist(): void {
