@@ -3,7 +3,7 @@ import type { RegisterInfo } from './regs.ts';
 import type { GpuCore } from './core.ts';
 import {
   BAR1_INST, PFB_PART_COUNT, PFB_PART_SIZE_MB, PMC_BOOT_0, PMC_BOOT_0_VALUE, PMC_ENABLE,
-  PMC_ENABLE_RESET, PMC_INTR, PMC_INTR_EN, PRAMIN_BASE,
+  PMC_ENABLE_RESET, PMC_INTR, PMC_INTR_EN, PRAMIN_BASE, PGRAPH_STATUS,
 } from './spec.ts';
 
 const RO = 0xffffffff;
@@ -31,6 +31,6 @@ export function pmcRegisters(core: GpuCore, hooks: PmcHooks): RegisterInfo[] {
     { addr: BAR1_INST, name: 'BAR1_INST', reset: 0, ro: RO },
     { addr: PFB_PART_COUNT, name: 'PFB_PART_COUNT', reset: 1, ro: RO },
     { addr: PFB_PART_SIZE_MB, name: 'PFB_PART_SIZE_MB', reset: core.vram.size / (1 << 20), ro: RO },
-    { addr: 0x400700, name: 'PGRAPH_STATUS', reset: 0, ro: RO, postRead: () => (hooks.busy() ? 1 : 0) },
+    { addr: PGRAPH_STATUS, name: 'PGRAPH_STATUS', reset: 0, ro: RO, postRead: () => (hooks.busy() ? 1 : 0) },
   ];
 }
