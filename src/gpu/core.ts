@@ -14,7 +14,7 @@ import type { FaultRecord } from './mmu.ts';
 export interface EngineListener {
   /** The channel has nothing more to do (GP_GET caught up, no job in flight, not waiting on a
    * semaphore — or it stopped with an error). busyNs = device ns of its jobs since the last
-   * idle event; totalNs = since bind of the engine. */
+   * idle event; totalNs = all device ns of this channel since the engine was created. */
   channelIdle?(chid: number, busyNs: number, totalNs: number): void;
   /** A FENCE interrupt for this channel (semaphore release with interrupt, NON_STALL_INTERRUPT). */
   fence?(chid: number): void;
