@@ -21,6 +21,8 @@ import { Dispatcher, createPolicy, type SchedulerPolicy } from './scheduler/inde
 import { RangeAllocator, isPow2 } from './alloc.ts';
 import { MAX_BUS_VMS, MediatedBus, type GuestMemory } from './guest-memory.ts';
 import { MODES, type MediatedMode } from './modes.ts';
+import { newCounters } from './counters.ts';
+import type { MetricsRegistry } from './metrics.ts';
 import { Vgpu, type VgpuHost } from './vgpu.ts';
 
 const MIB = 1 << 20;
@@ -37,6 +39,8 @@ export interface AggregatorOptions {
   /** How long a detached VM's slice stays quarantined before reuse, ms (cancelled jobs may
    * still be writing to it until they notice the cancel). */
   quarantineMs?: number;
+  /** Per-VM counters are registered here (and exported by its server). */
+  metrics?: MetricsRegistry;
   log?: Logger;
 }
 
@@ -82,6 +86,7 @@ export class Aggregator implements VgpuHost {
   private running: Submission | null = null;
   private readonly stallCheckMs: number;
   private readonly quarantineMs: number;
+  private readonly metrics: MetricsRegistry | null;
   private readonly t0 = process.hrtime.bigint();
   private closed = false;
 
@@ -91,6 +96,7 @@ export class Aggregator implements VgpuHost {
     this.log = opts.log ?? logger.child({ part: 'aggregator' });
     this.stallCheckMs = opts.stallCheckMs ?? 10;
     this.quarantineMs = opts.quarantineMs ?? 250;
+    this.metrics = opts.metrics ?? null;
     const vram = engine.vramSize;
     const reserved = opts.hostReserved ?? Math.max(16 * MIB, Math.floor(vram / 16 / MIB) * MIB);
     if (reserved % MIB !== 0 || reserved <= 0 || reserved >= vram) {
@@ -178,6 +184,7 @@ export class Aggregator implements VgpuHost {
     const vm = new Vgpu(this, {
       name: o.name, mode: o.mode, index, slice: { base, size: o.slice }, channels,
       weight: o.weight ?? 1, log: this.log.child({ vm: o.name }),
+      counters: newCounters(this.metrics?.register(o.name, o.mode)),
     });
     vm.scrub();
     this.policy.addVm(o.name, { weight: vm.weight }, this.now());
@@ -216,6 +223,7 @@ export class Aggregator implements VgpuHost {
     if (this.running?.vm === vm) this.finish(this.running, 0);
     this.policy.removeVm(vm.name, this.now());
     this.bus.detach(vm.index);
+    this.metrics?.unregister(vm.name);
     this.byIndex[vm.index] = null;
     this.vms.delete(vm.name);
     // Cancelled jobs may still write into the slice until they notice: quarantine it.

@@ -73,9 +73,14 @@ export class PvPage {
         const a = env.vramAlloc.alloc(c.arg0, align);
         if (a === null) return -ENOMEM;
         setU64(c.dv, PV_SLOT.ret0, a);
+        env.counters.vramInUseBytes = env.vramAlloc.inUse;
         return 0;
       },
-      [PV_OP.MEM_FREE]: (c) => (env.vramAlloc.free(c.arg0) ? 0 : -EINVAL),
+      [PV_OP.MEM_FREE]: (c) => {
+        if (!env.vramAlloc.free(c.arg0)) return -EINVAL;
+        env.counters.vramInUseBytes = env.vramAlloc.inUse;
+        return 0;
+      },
     };
   }
 

@@ -67,6 +67,8 @@ export interface VgpuConfig {
   channels: number;
   weight: number;
   log: Logger;
+  /** Counters object (the metrics registry's for this VM); default: a standalone one. */
+  counters?: VgpuCounters;
 }
 
 /** A virtual channel (plain data). */
@@ -111,7 +113,7 @@ export class Vgpu {
   readonly slice: Slice;
   readonly vchannels: number;
   weight: number;
-  readonly counters: VgpuCounters = newCounters();
+  readonly counters: VgpuCounters;
   readonly s: VgpuState;
   readonly view: RegisterView;
   readonly mmu: ShadowMmu;
@@ -136,6 +138,7 @@ export class Vgpu {
     this.vchannels = cfg.channels;
     this.weight = cfg.weight;
     this.log = cfg.log;
+    this.counters = cfg.counters ?? newCounters();
     this.s = {
       channels: Array.from({ length: cfg.channels }, newChannel),
       runlist: [], pfifoEnabled: true, timeHi: 0, queue: [], held: 0,
@@ -156,6 +159,7 @@ export class Vgpu {
       this.counters.interrupts++;
       this.msix(v);
     });
+    this.counters.vramInUseBytes = this.vramInUse;
   }
 
   /** The VM's system memory and MSI-X became available (a client connected). */
@@ -691,6 +695,7 @@ export class Vgpu {
     this.vramAlloc.reset();
     this.pv?.reset();
     this.view.reset();
+    this.counters.vramInUseBytes = this.vramInUse;
     this.host.runlistChanged();
   }
 
@@ -699,9 +704,10 @@ export class Vgpu {
     this.engine.vram.u8.fill(0, this.slice.base, this.slice.base + this.slice.size);
   }
 
-  /** Bytes of VRAM the VM holds: PV allocations if it uses them, else the whole slice. */
+  /** Bytes of VRAM the VM uses: in PV modes its MEM_ALLOC allocations (the host allocator
+   * accounts exactly), otherwise its whole slice. */
   get vramInUse(): number {
-    return this.traits.pv && this.vramAlloc.inUse > 0 ? this.vramAlloc.inUse : this.slice.size;
+    return this.traits.pv ? this.vramAlloc.inUse : this.slice.size;
   }
 
   /** A plain snapshot for logs, tests and metrics. */
