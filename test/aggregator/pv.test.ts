@@ -1,0 +1,174 @@
+// The PV hypercall page (hw-spec §9): registration, every op's validation (entries checked like
+// shadow PTEs, stop at the first bad one), host-owned tables that flushes never rescan, the
+// VRAM allocator and its accounting, and the call counts of pv versus pv-batch.
+import { afterEach, describe, expect, it } from 'vitest';
+import { K } from '../../src/gpu/kernels.ts';
+import * as S from '../../src/gpu/spec.ts';
+import { pte } from '../../src/gpu/host-driver/pte.ts';
+import { GpuError } from '../../src/gpu/host-driver/driver.ts';
+import { guest, host, PV_AREA_GPA, PvClient, type Guest } from './harness.ts';
+import { params, rng } from '../gpu/helpers.ts';
+
+const EINVAL = -22, EFAULT = -14, ENOMEM = -12, ENOSYS = -38;
+const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
+
+let h: ReturnType<typeof host> | null = null;
+const guests: Guest[] = [];
+afterEach(() => {
+  for (const g of guests.splice(0)) g.close();
+  h?.close();
+  h = null;
+});
+
+function attach(mode: 'pv' | 'pv-batch', name = 'p'): Guest {
+  const g = guest(h!.agg, { name, mode, slice: 32 << 20 });
+  guests.push(g);
+  return g;
+}
+
+describe('PV hypercall page', () => {
+  it('is absent in full virtualization', () => {
+    h = host();
+    const g = guest(h.agg, { name: 'f', mode: 'fv', slice: 32 << 20 });
+    guests.push(g);
+    expect(g.rd(S.PV_MAGIC)).toBe(0);
+    g.wr(S.PV_AREA_SLOTS, 1);
+    expect(g.rd(S.PV_STATUS)).toBe(0);
+    expect(g.vm.view.accessOf(S.PV_CALL)).toBeNull();
+  });
+
+  it('registration checks count, alignment and the DMA map', () => {
+    h = host();
+    const g = attach('pv-batch');
+    expect(g.rd(S.PV_MAGIC)).toBe(S.PV_MAGIC_VALUE);
+    expect(g.rd(S.PV_VERSION)).toBe(1);
+    const reg = (lo: number, hi: number, slots: number) => {
+      g.wr(S.PV_AREA_LO, lo);
+      g.wr(S.PV_AREA_HI, hi);
+      g.wr(S.PV_AREA_SLOTS, slots);
+      return g.rd(S.PV_STATUS);
+    };
+    expect(reg(PV_AREA_GPA, 0, 0)).toBe(22);
+    expect(reg(PV_AREA_GPA, 0, 65)).toBe(22);
+    expect(reg(PV_AREA_GPA + 8, 0, 1)).toBe(22);
+    expect(reg(0x4000_0000, 0, 1)).toBe(14); // not guest RAM
+    expect(reg(PV_AREA_GPA, 0, 3)).toBe(14); // runs past the 2 mapped slots
+    // With no registered area a call is not answered.
+    const area = new DataView(g.ram(0xa000_0000, 4096).buffer);
+    area.setInt32(S.PV_SLOT.result, 12345, true);
+    g.wr(S.PV_CALL, 0);
+    expect(area.getInt32(S.PV_SLOT.result, true)).toBe(12345);
+    expect(reg(0xa000_0000, 0, 1)).toBe(0);
+    // A slot index beyond the area is not answered either; a valid one is.
+    area.setUint32(S.PV_SLOT.op, 99, true);
+    g.wr(S.PV_CALL, 1);
+    expect(area.getInt32(S.PV_SLOT.result, true)).toBe(12345);
+    g.wr(S.PV_CALL, 0);
+    expect(area.getInt32(S.PV_SLOT.result, true)).toBe(ENOSYS);
+  });
+
+  it('validates every entry like a shadow PTE and stops at the first bad one', async () => {
+    h = host();
+    const g = attach('pv-batch');
+    const pv = g.pv!;
+    const pd = g.gvm.pd;
+    const page = g.vram(4 * 4096);
+    const va0 = 0x40_0000_0000; // a fresh 128 MiB region
+    // SET_PGD: 4 KiB aligned and inside the slice.
+    expect(pv.call(S.PV_OP.SET_PGD, { arg0: pd + 8 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.SET_PGD, { arg0: g.vm.slice.size }).result).toBe(EINVAL);
+    // Only PV-managed PDs accept MAP/UNMAP/FLUSH.
+    expect(pv.call(S.PV_OP.MAP_BATCH, { arg0: pd + 4096, entries: [[va0, pte(page.addr)]] }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.FLUSH, { arg0: pd + 4096 }).result).toBe(EINVAL);
+    // Batch size limit.
+    expect(pv.call(S.PV_OP.MAP_BATCH, { arg0: pd, count: 129 })).toMatchObject({ result: EINVAL, count: 0 });
+    // Stop at the first invalid entry: two applied, then a page outside the slice.
+    const bad = pv.call(S.PV_OP.MAP_BATCH, {
+      arg0: pd,
+      entries: [
+        [va0, pte(page.addr)], [va0 + 4096, pte(page.addr + 4096)],
+        [va0 + 8192, pte(g.vm.slice.size)], [va0 + 12288, pte(page.addr + 12288)],
+      ],
+    });
+    expect(bad).toMatchObject({ result: EFAULT, count: 2 });
+    const one = (va: number, e: [number, number]) => pv.call(S.PV_OP.MAP_BATCH, { arg0: pd, entries: [[va, e]] });
+    expect(one(va0 + 100, pte(page.addr))).toMatchObject({ result: EINVAL, count: 0 }); // misaligned VA
+    expect(one(2 ** 40, pte(page.addr)).result).toBe(EINVAL); // VA out of range
+    expect(one(va0, [0, 0]).result).toBe(EINVAL); // not present
+    expect(one(va0, [(page.addr | 1 | (1 << 4)) >>> 0, 0]).result).toBe(EINVAL); // reserved target
+    expect(one(va0, [(page.addr | 1 | 8) >>> 0, 0]).result).toBe(EINVAL); // reserved bit
+    expect(one(va0, pte(0x7_0000_0000, { target: S.TARGET_SYSMEM })).result).toBe(EFAULT); // not guest RAM
+    expect(one(va0, pte(g.vm.slice.size - 4096)).result).toBe(0); // last page of the slice
+    expect(pv.call(S.PV_OP.FLUSH, { arg0: pd }).result).toBe(0);
+    // The two applied entries work; the refused one is not mapped.
+    page.u32.fill(0x0badf00d, 1024, 2048);
+    const dst = g.vram(4096);
+    await g.ch.copy(dst.va, va0 + 4096, 4096);
+    expect(dst.u32.every((v) => v === 0x0badf00d)).toBe(true);
+    const err = await g.ch.copy(dst.va, va0 + 8192, 16).then(() => null, (e: unknown) => e);
+    expect((err as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
+    g.ch.bind();
+    // UNMAP makes a page non-present.
+    expect(pv.call(S.PV_OP.UNMAP_BATCH, { arg0: pd, entries: [[va0, [0, 0]]] })).toMatchObject({ result: 0, count: 1 });
+    const err2 = await g.ch.copy(dst.va, va0, 16).then(() => null, (e: unknown) => e);
+    expect((err2 as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
+    // MMIO flushes of a PV-managed PD never rescan it.
+    g.drv.flushTlb(pd);
+    expect(g.vm.counters.shadowRebuilds).toBe(0);
+    expect(pv.call(77).result).toBe(ENOSYS);
+  });
+
+  it('MEM_ALLOC/MEM_FREE allocate inside the slice and account VRAM exactly', () => {
+    h = host();
+    const g = attach('pv');
+    const pv = g.pv!;
+    const c = g.vm.counters;
+    expect(c.vramInUseBytes).toBe(0);
+    const a = pv.call(S.PV_OP.MEM_ALLOC, { arg0: 1 << 20, arg1: 1 << 16 });
+    expect(a.result).toBe(0);
+    expect(a.ret0 % (1 << 16)).toBe(0);
+    expect(a.ret0 + (1 << 20)).toBeLessThanOrEqual(g.vm.slice.size);
+    expect(c.vramInUseBytes).toBe(1 << 20);
+    const b = pv.call(S.PV_OP.MEM_ALLOC, { arg0: 5000, arg1: 4096 });
+    expect(b.result).toBe(0);
+    expect(c.vramInUseBytes).toBe((1 << 20) + 8192);
+    expect(b.ret0 >= a.ret0 + (1 << 20) || b.ret0 + 8192 <= a.ret0).toBe(true);
+    expect(pv.call(S.PV_OP.MEM_ALLOC, { arg0: 64 << 20, arg1: 4096 }).result).toBe(ENOMEM);
+    expect(pv.call(S.PV_OP.MEM_ALLOC, { arg0: 4096, arg1: 3000 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MEM_ALLOC, { arg0: 0, arg1: 4096 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: a.ret0 + 4096 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: a.ret0 }).result).toBe(0);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: a.ret0 }).result).toBe(EINVAL);
+    expect(c.vramInUseBytes).toBe(8192);
+  });
+
+  it('pv makes one call per PTE, pv-batch one per 128; both compute the same result', async () => {
+    h = host();
+    const counts: Record<string, { hypercalls: number; entries: number; mmio: number }> = {};
+    for (const mode of ['pv', 'pv-batch'] as const) {
+      const g = attach(mode, mode);
+      const c = g.vm.counters;
+      const before = { hypercalls: c.hypercalls, entries: c.hypercallEntries, mmio: c.mmioWrites };
+      const n = 64;
+      const r = rng(3);
+      const x = g.vram(4 * n * n), y = g.sys(4 * n * n), z = g.vram(4 * n * n);
+      x.u32.forEach((_, i) => (x.u32[i] = (r() * 2 ** 32) >>> 0));
+      y.u32.forEach((_, i) => (y.u32[i] = (r() * 2 ** 32) >>> 0));
+      await g.ch.launch(K.MADD, [buf(x), buf(y), buf(z)], params(['u32', n]));
+      for (let i = 0; i < n * n; i++) if (z.u32[i] !== ((x.u32[i]! + y.u32[i]!) >>> 0)) expect.fail(`${mode} element ${i}`);
+      counts[mode] = { hypercalls: c.hypercalls - before.hypercalls, entries: c.hypercallEntries - before.entries, mmio: c.mmioWrites - before.mmio };
+      expect(c.shadowRebuilds).toBe(0);
+    }
+    // 3 buffers × 4 pages: pv = 12 MAP calls + 3 FLUSH; pv-batch = 3 MAP + 3 FLUSH.
+    expect(counts.pv).toMatchObject({ hypercalls: 15, entries: 12 });
+    expect(counts['pv-batch']).toMatchObject({ hypercalls: 6, entries: 12 });
+  });
+
+  it('a second client area can be registered and used', () => {
+    h = host();
+    const g = attach('pv-batch');
+    const gpa = 0xb000_0000;
+    const other = new PvClient(g.ram(gpa, 4 * 4096), gpa, 4, g.rd, g.wr);
+    expect(other.call(S.PV_OP.MEM_ALLOC, { arg0: 4096, arg1: 4096 }, 3).result).toBe(0);
+  });
+});
