@@ -6,6 +6,10 @@ import path from 'node:path';
 import { Server } from './device-model/server.ts';
 import { Engine } from './gpu/engine.ts';
 import { PassthroughVgpu } from './aggregator/passthrough.ts';
+// Mediated modes (aggregator): one Aggregator shares the engine among the VMs.
+import { Aggregator } from './aggregator/aggregator.ts';
+import { MediatedVgpu } from './aggregator/mediated.ts';
+import { MetricsRegistry, startMetricsServer, type MetricsServer } from './aggregator/metrics.ts';
 import { logger } from './log.ts';
 
 export type VmMode = 'pt' | 'fv-naive' | 'fv' | 'pv' | 'pv-batch';
@@ -32,7 +36,11 @@ export interface VugpuOptions {
 export class Vugpu {
   readonly engine: Engine;
   readonly server: Server;
-  readonly vms = new Map<string, PassthroughVgpu>();
+  readonly vms = new Map<string, PassthroughVgpu | MediatedVgpu>();
+  /** Present when some VM is mediated. */
+  readonly aggregator: Aggregator | null = null;
+  readonly metrics = new MetricsRegistry();
+  private metricsServer: Promise<MetricsServer> | null = null;
 
   constructor(opts: VugpuOptions) {
     if (opts.vms.length === 0) throw new Error('at least one VM socket is required');
@@ -42,18 +50,39 @@ export class Vugpu {
     if (pt.length > 0 && opts.vms.length > 1) {
       throw new Error('mode pt gives one VM the whole engine: it cannot be combined with other VMs');
     }
+    const mediated = opts.vms.filter((v) => v.mode !== 'pt');
+    if (mediated.length > 0) {
+      this.aggregator = new Aggregator({ engine: this.engine, policy: opts.policy, metrics: this.metrics });
+    }
     for (const vm of opts.vms) {
-      if (vm.mode !== 'pt') throw new Error(`mode ${vm.mode} is not available in this build`);
       fs.mkdirSync(path.dirname(vm.socket), { recursive: true });
-      const vgpu = new PassthroughVgpu(vm.name, this.engine);
+      let vgpu: PassthroughVgpu | MediatedVgpu;
+      if (vm.mode === 'pt') {
+        vgpu = new PassthroughVgpu(vm.name, this.engine, this.metrics.register(vm.name, 'pt'));
+      } else {
+        const agg = this.aggregator!;
+        const slice = vm.slice ?? defaultSlice(agg.slices.size, mediated.length);
+        vgpu = new MediatedVgpu(agg, { name: vm.name, mode: vm.mode, slice, weight: vm.weight });
+      }
       this.server.listen(vm.socket, vgpu.device);
       this.vms.set(vm.name, vgpu);
+    }
+    if (opts.metricsPort !== undefined) {
+      this.metricsServer = startMetricsServer(this.metrics, { port: opts.metricsPort });
+      this.metricsServer.catch((err: unknown) => logger.error({ err }, 'metrics server failed to start'));
     }
     logger.info({ vms: opts.vms.map((v) => `${v.name}:${v.mode}`) }, 'vugpu serving');
   }
 
   close(): void {
     this.server.close();
+    this.aggregator?.close();
+    this.metricsServer?.then((m) => m.close(), () => {});
     logger.info('vugpu stopped');
   }
+}
+
+/** Slice for a mediated VM without slice=: an equal share of the VRAM, as a power of two. */
+function defaultSlice(available: number, vms: number): number {
+  return 2 ** Math.floor(Math.log2(Math.max(1 << 20, available / vms)));
 }
