@@ -19,7 +19,7 @@ import {
   BAR1_INST, CHAN_ERR, CHAN_INST_MASK, CHAN_VALID, DIAG_DMA_ADDR_HI, DIAG_DMA_ADDR_LO,
   DIAG_DMA_CTRL, DIAG_DMA_ERROR, DIAG_DMA_FNV, DIAG_DMA_LEN, DIAG_DMA_MAX, DIAG_DMA_STATUS,
   DIAG_DMA_VRAM_OFF, DIAG_IRQ_COUNT, DIAG_IRQ_FIRE, DIAG_MAGIC, DIAG_SCRATCH0, DIAG_VRAM_OFF,
-  DIAG_VRAM_PEEK, DIAG_VRAM_POKE, DOORBELL, INST, INST_SIZE, IRQ_MMU_FAULT, MMU_FAULT_ADDR_HI,
+  DIAG_VRAM_PEEK, DIAG_VRAM_POKE, DOORBELL, FAULT, INST, INST_SIZE, IRQ_MMU_FAULT, MMU_FAULT_ADDR_HI,
   MMU_FAULT_ADDR_LO, MMU_FAULT_CHID, MMU_FAULT_INFO, MMU_FAULT_STATUS, MMU_FAULT_STATUS_OVERFLOW,
   MMU_FAULT_STATUS_VALID, MMU_FLUSH_ALL_PDB, MMU_FLUSH_GO, MMU_FLUSH_PDB, MMU_FLUSH_STATUS,
   MMU_FLUSH_STATUS_VALUE, MMU_FLUSH_TRIGGER, MSIX_VECTORS, PFB_PART_COUNT, PFB_PART_SIZE_MB,
@@ -629,6 +629,13 @@ export class Vgpu {
    * the guest clears VALID), then its fault vector. */
   fault(f: FaultRecord, vchid: number): void {
     this.counters.faults++;
+    // A not-present fault may come from a mapping the guest made without a flush: resync the
+    // shadow at the channel's next doorbell, so a retry after the rebind sees it.
+    const vc = this.s.channels[vchid];
+    if ((f.reason === FAULT.PDE_NOT_PRESENT || f.reason === FAULT.PTE_NOT_PRESENT) && vc && vc.space !== null) {
+      const sp = this.mmu.spaces.get(vc.space);
+      if (sp && !sp.pv) sp.dirty = true;
+    }
     const regs = this.view.regs;
     const status = regs.get(MMU_FAULT_STATUS);
     if (status & MMU_FAULT_STATUS_VALID) {

@@ -229,3 +229,23 @@ describe('shadow page tables', () => {
     expect(dst.u32.every((x) => x === 0x55667788)).toBe(true);
   });
 });
+
+describe('flush rule', () => {
+  it('a mapping made without a flush faults once; the retry after a rebind sees it', async () => {
+    h = host();
+    const g = attach(h.agg, { name: 'g', mode: 'fv', slice: 32 << 20 });
+    const src = g.vram(4096), dst = g.vram(4096);
+    src.u32.fill(0x31415926);
+    const va = 0x30_0000_0000;
+    await g.ch.launch(K.NOP, []); // the lazy rebuild for the flushes above happens here
+    // Write PDE + PTE straight into the guest tables, no MMU_FLUSH.
+    const pt = g.drv.allocVram(256 << 10, 4096, true);
+    g.gvm.setPde(va, [(pt | 1) >>> 0, 0]);
+    g.drv.vramWrite32(pt, (src.addr | 1) >>> 0);
+    const err = await g.ch.copy(dst.va, va, 4096).then(() => null, (e: unknown) => e);
+    expect((err as GpuError).fault?.reason).toBe(S.FAULT.PDE_NOT_PRESENT);
+    g.ch.bind();
+    await g.ch.copy(dst.va, va, 4096);
+    expect(dst.u32.every((x) => x === 0x31415926)).toBe(true);
+  });
+});
