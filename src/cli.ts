@@ -13,7 +13,8 @@ const USAGE = `usage:
   vugpu serve --socket PATH [--socket PATH ...] [--mode pt|fv-naive|fv|pv|pv-batch]
               [--vm name=vm0,socket=PATH,mode=fv,slice=256M,weight=1 ...]
               [--vram 1G] [--channels 64] [--watchdog-ms 10000] [--policy fifo|credit|band|weighted]
-              [--metrics-port PORT]
+              [--metrics-port PORT] [--trace FILE]
+  vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
   vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image`;
 
@@ -52,6 +53,7 @@ async function serve(argv: string[]): Promise<number> {
       'watchdog-ms': { type: 'string', default: '10000' },
       policy: { type: 'string', default: 'band' },
       'metrics-port': { type: 'string' },
+      trace: { type: 'string' },
     },
   });
   const mode = values.mode as VmMode;
@@ -66,6 +68,7 @@ async function serve(argv: string[]): Promise<number> {
     watchdogMs: Number(values['watchdog-ms']),
     policy: values.policy,
     metricsPort: values['metrics-port'] !== undefined ? Number(values['metrics-port']) : undefined,
+    trace: values.trace,
   });
   await new Promise<void>((resolve) => {
     const stop = (sig: string) => {
@@ -86,6 +89,10 @@ async function main(argv: string[]): Promise<number> {
       return serve(rest);
     case 'setup':
       return spawnSync('bash', [path.join(repoRoot, 'scripts/setup.sh'), ...rest], { stdio: 'inherit' }).status ?? 1;
+    case 'trace': {
+      const trace = await import('./trace/cli.ts');
+      return trace.main(rest);
+    }
     case 'demo': {
       const demo = await import('./demo/index.ts');
       return demo.main(rest);

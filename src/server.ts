@@ -11,6 +11,9 @@ import { Aggregator } from './aggregator/aggregator.ts';
 import { MediatedVgpu } from './aggregator/mediated.ts';
 import { MetricsRegistry, startMetricsServer, type MetricsServer } from './aggregator/metrics.ts';
 import { logger } from './log.ts';
+// Tracing (--trace FILE): opt-in record of trapped accesses and events (src/trace).
+import { Tracer } from './trace/recorder.ts';
+import { registerNames } from './trace/names.ts';
 
 export type VmMode = 'pt' | 'fv-naive' | 'fv' | 'pv' | 'pv-batch';
 export const VM_MODES: readonly VmMode[] = ['pt', 'fv-naive', 'fv', 'pv', 'pv-batch'];
@@ -31,6 +34,8 @@ export interface VugpuOptions {
   watchdogMs?: number;
   policy?: string;
   metricsPort?: number;
+  /** Trace file: record trapped MMIO and vGPU events (src/trace). */
+  trace?: string;
 }
 
 export class Vugpu {
@@ -41,6 +46,7 @@ export class Vugpu {
   readonly aggregator: Aggregator | null = null;
   readonly metrics = new MetricsRegistry();
   private metricsServer: Promise<MetricsServer> | null = null;
+  readonly tracer: Tracer | null = null;
 
   constructor(opts: VugpuOptions) {
     if (opts.vms.length === 0) throw new Error('at least one VM socket is required');
@@ -50,6 +56,14 @@ export class Vugpu {
     if (pt.length > 0 && opts.vms.length > 1) {
       throw new Error('mode pt gives one VM the whole engine: it cannot be combined with other VMs');
     }
+    if (opts.trace) {
+      this.tracer = new Tracer({
+        path: opts.trace,
+        engine: { vramBytes: this.engine.vramSize, channels: this.engine.fifo.channels.length, watchdogMs: this.engine.watchdogMs, policy: opts.policy },
+        vms: opts.vms.map((v) => ({ name: v.name, mode: v.mode })),
+        registers: registerNames(this.engine.regs),
+      });
+    }
     const mediated = opts.vms.filter((v) => v.mode !== 'pt');
     if (mediated.length > 0) {
       this.aggregator = new Aggregator({ engine: this.engine, policy: opts.policy, metrics: this.metrics });
@@ -58,7 +72,7 @@ export class Vugpu {
       fs.mkdirSync(path.dirname(vm.socket), { recursive: true });
       let vgpu: PassthroughVgpu | MediatedVgpu;
       if (vm.mode === 'pt') {
-        vgpu = new PassthroughVgpu(vm.name, this.engine, this.metrics.register(vm.name, 'pt'));
+        vgpu = new PassthroughVgpu(vm.name, this.engine, this.metrics.register(vm.name, 'pt'), this.tracer ?? undefined);
       } else {
         const agg = this.aggregator!;
         const slice = vm.slice ?? defaultSlice(agg.slices.size, mediated.length);
@@ -77,6 +91,7 @@ export class Vugpu {
   close(): void {
     this.server.close();
     this.aggregator?.close();
+    this.tracer?.close();
     this.metricsServer?.then((m) => m.close(), () => {});
     logger.info('vugpu stopped');
   }
