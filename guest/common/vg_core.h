@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * vugpu driver core: everything a driver for docs/hw-spec.md does that does not depend on the
+ * operating system. The Linux module (guest/driver) and the user-space host backend of the
+ * runtime (guest/runtime, the "native twin") compile this same code over their own platform
+ * layer (vg_os.h).
+ *
+ * Objects:
+ *   vg_dev  one GPU: identity, VRAM allocator, channel table, runlist, interrupt decoding.
+ *   vg_vm   one GPU address space: page directory + small-page tables, VA allocator. All
+ *           updates go through struct vg_vm_ops (register path, or PV hypercalls, §9).
+ *   vg_ctx  one context: an address space + one channel (instance block, USERD, GPFIFO and
+ *           pushbuffer ring in VRAM, fence semaphore), its buffers and its error state.
+ *
+ * Locking: calls on one context must be serialised by the caller (the Linux module holds a
+ * per-file mutex). The core takes the platform's device lock (a mutex) itself around
+ * device-global state and multi-register sequences (VRAM allocator, channel table, runlist,
+ * MMU flush, preempt, the PV slot), never while sleeping for the GPU. vg_irq() takes the
+ * interrupt lock (a spinlock) around the channel table and the contexts' error state.
+ */
+#ifndef VG_CORE_H
+#define VG_CORE_H
+
+#include "vg_os.h"
+#include "vugpu_hw.h"
+#include "vugpu_uapi.h"
+
+struct vg_dev;
+struct vg_vm;
+struct vg_ctx;
+struct vg_bo;
+
+/* ---- range allocator (VRAM and VA) ---- */
+struct vg_range {
+	u64 start, size;
+	struct vg_range *next;
+};
+
+struct vg_ralloc {
+	struct vg_range *free; /* sorted by start, coalesced */
+	u64 base, size, used;
+};
+
+int vg_ralloc_init(struct vg_ralloc *a, u64 base, u64 size);
+void vg_ralloc_fini(struct vg_ralloc *a);
+int vg_ralloc_alloc(struct vg_ralloc *a, u64 size, u64 align, u64 *out);
+void vg_ralloc_free(struct vg_ralloc *a, u64 start, u64 size);
+
+/* ---- address-space operations: the one interface page-table updates go through ---- */
+enum vg_pv_mode { VG_PV_OFF = 0, VG_PV_SINGLE = 1, VG_PV_BATCH = 2 };
+
+struct vg_vm_ops {
+	const char *name;
+	/* VRAM allocation for everything the driver and its users put in VRAM. */
+	int (*alloc)(struct vg_dev *d, u64 size, u64 align, u64 *addr);
+	void (*free)(struct vg_dev *d, u64 addr, u64 size);
+	/* The page directory vm->pd_addr was just allocated: make it a valid, empty PD. */
+	int (*set_pgd)(struct vg_vm *vm);
+	/*
+	 * Map count 4-KiB pages at va: page i goes to addrs[i] (or base + i*4096 if addrs is
+	 * NULL); pte_flags = target + READ_ONLY bits (PRESENT is added).
+	 */
+	int (*map)(struct vg_vm *vm, u64 va, u32 count, const u64 *addrs, u64 base, u64 pte_flags);
+	int (*unmap)(struct vg_vm *vm, u64 va, u32 count);
+	/* Make preceding map/unmap calls visible to the device (TLB flush). */
+	int (*flush)(struct vg_vm *vm);
+	/* Release the page tables (the PD itself is freed by the core). */
+	void (*fini)(struct vg_vm *vm);
+	/* Unmap every buffer before the VM goes away (PV: the host owns the tables). */
+	bool unmap_on_destroy;
+};
+
+extern const struct vg_vm_ops vg_vm_ops_reg;
+extern const struct vg_vm_ops vg_vm_ops_pv;
+
+struct vg_vm {
+	struct vg_dev *dev;
+	u64 pd_addr;
+	u64 *pt_addr;         /* VRAM address of the small-page table per PDE, 0 = none (register path) */
+	struct vg_ralloc va;
+	u32 pt_count;
+};
+
+/* ---- buffers ---- */
+struct vg_bo {
+	struct vg_bo *next;
+	u32 handle;
+	u32 flags;            /* VUGPU_MEM_* */
+	bool sysmem;
+	bool internal;        /* driver structure or a buffer being retired: not visible to users */
+	u64 size;             /* bytes, multiple of 4 KiB */
+	u64 va;
+	u64 va_size;          /* size + guard page */
+	u64 vram_addr;        /* VRAM buffers */
+	void *os_priv;        /* platform data of sysmem buffers (pinned pages) */
+};
+
+/* ---- context (address space + channel) ---- */
+#define VG_GPFIFO_ENTRIES 1024u
+#define VG_PB_SIZE (512u * 1024u)
+#define VG_FENCE_DWORDS 5u
+#define VG_USERD_OFFSET 0x800 /* USERD lives in the instance block's page, after its fields */
+#define VG_SEM_PARAM_OFFSET 0x100 /* parameter block of driver-issued launches (buffer clears) */
+#define VG_WAIT_RETIRE_MS 20000   /* longer than the engine's job watchdog */
+
+struct vg_ctx {
+	struct vg_dev *dev;
+	struct vg_vm vm;
+	int chid;             /* -1 until bound */
+	bool bound;
+	u64 inst_addr, userd_addr;
+	u64 gpfifo_addr, gpfifo_va;
+	u64 pb_addr, pb_va;
+	u64 sem_addr, sem_va;
+	u32 gp_put;           /* next GPFIFO slot */
+	u32 pb_put;           /* next free pushbuffer byte */
+	u32 *gp_pb_start;     /* per GPFIFO slot: pushbuffer offset of its allocation */
+	u64 *gp_seq;          /* per GPFIFO slot: fence sequence number */
+	u64 seq;              /* last sequence number submitted */
+	/* error state: written by vg_irq under the platform lock */
+	u32 err_code, err_info;
+	u64 fault_va;
+	u32 fault_info;
+	bool fault_valid;
+	struct vg_bo *bos;
+	u32 next_handle;
+	u64 vram_bytes;       /* VRAM owned by this context (structures + buffers) */
+	void *os_priv;        /* platform data (wait queue) */
+};
+
+/* ---- device ---- */
+struct vg_dev {
+	struct vg_os os;
+	/* set by the platform before vg_dev_init */
+	int pv_request;                  /* enum vg_pv_mode asked for */
+	void *pv_area;                   /* one 4 KiB slot of coherent system memory (PV only) */
+	u64 pv_area_bus;
+	/* release a sysmem buffer's pinned pages (called once the device can no longer reach them) */
+	void (*bo_release)(struct vg_dev *d, struct vg_bo *bo);
+	/* wake the waiters of a context (fence passed or channel failed); called under the lock */
+	void (*wake)(struct vg_ctx *c);
+	/* sleep until fence seq of c passed (0), the channel failed (-EFAULT/-EIO), timeout
+	 * (-ETIMEDOUT) or a fatal signal (-EINTR); used for buffer clears and deferred frees */
+	int (*wait)(struct vg_ctx *c, u64 seq, unsigned int timeout_ms);
+
+	/* discovered */
+	u32 boot0;
+	u64 vram_size;
+	u32 chan_count;
+	int pv_mode;                     /* enum vg_pv_mode in use */
+	const struct vg_vm_ops *vm_ops;
+
+	struct vg_ralloc vram;           /* register-path allocator */
+	u64 vram_used;
+	struct vg_ctx *chans[VG_MAX_CHANNELS];
+	u32 contexts, channels_active;
+	u64 runlist_addr[2];
+	int runlist_cur;
+	u64 irq_count[VG_NUM_VECTORS];
+	u64 pv_calls;
+	u64 faults, chan_errors;
+};
+
+int vg_dev_init(struct vg_dev *d);
+void vg_dev_fini(struct vg_dev *d);
+void vg_dev_info(struct vg_dev *d, struct vugpu_info *out);
+
+/* Interrupt service for one MSI-X vector: decode, acknowledge, record errors, wake contexts. */
+void vg_irq(struct vg_dev *d, unsigned int vector);
+
+/* os_priv is stored in the context before its channel can raise interrupts (wake uses it). */
+int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out);
+void vg_ctx_destroy(struct vg_ctx *c);
+
+int vg_ctx_vram_alloc(struct vg_ctx *c, u64 size, u32 flags, struct vg_bo **out);
+/* Map already pinned and DMA-mapped system-memory pages (bus addresses, one per 4 KiB page). */
+int vg_ctx_sys_map(struct vg_ctx *c, const u64 *bus, u32 pages, u32 flags, void *os_priv,
+		   struct vg_bo **out);
+struct vg_bo *vg_ctx_bo_find(struct vg_ctx *c, u32 handle);
+struct vg_bo *vg_ctx_bo_find_vram(struct vg_ctx *c, u64 vram_addr, u64 size);
+/* Unmap, wait until no submitted work can still use it, release. Returns the wait's error (the
+ * buffer is then retired at context destruction instead). */
+int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo);
+
+/*
+ * Copy a pushbuffer into the ring, append the fence segment, ring the doorbell. Returns 0 and
+ * *seq, -EBUSY with *seq = the fence to wait for when the ring is full, -EFAULT/-EIO when the
+ * channel has failed, -EINVAL for a bad size.
+ */
+int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq);
+bool vg_ctx_seq_done(struct vg_ctx *c, u64 seq);
+u64 vg_ctx_seq_completed(struct vg_ctx *c);
+/* 0, or -EFAULT (MMU fault) / -EIO (other channel error); fills *err if not NULL. */
+int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err);
+/* Slow path for waiters that timed out: read the channel state from the device. */
+int vg_ctx_poll_error(struct vg_ctx *c);
+
+#endif /* VG_CORE_H */

@@ -1,0 +1,628 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Contexts: one GPU address space and one channel per context (hw-spec §4, §7), the buffers
+ * mapped into it, pushbuffer submission with a fence per submission, and the channel's error
+ * state.
+ *
+ * VRAM layout of a context: instance block (4 KiB; USERD at +0x800 in the same page), page
+ * directory (64 KiB) and small-page tables (256 KiB each, on demand), GPFIFO ring (1024 entries,
+ * mapped read-only), pushbuffer ring (512 KiB, read-only), a semaphore page (fence word at 0,
+ * the parameter block of driver-issued launches at 0x100). Every buffer gets a VA range with an
+ * unmapped guard page after it, so an overrun faults instead of reaching the next buffer.
+ *
+ * Each submission is two GPFIFO entries: the user's segment, then a driver-owned fence segment
+ * (SEMAPHORE release of the sequence number + interrupt). Keeping the fence in its own entry means
+ * nothing the user writes (END_PB_SEGMENT, a truncated method) can swallow it.
+ */
+#include "vg_priv.h"
+
+#define FENCE_RELEASE (VG_SEM_RELEASE | VG_SEM_RELEASE_INTERRUPT)
+
+/* ---- address space ---- */
+
+int vg_vm_init(struct vg_vm *vm, struct vg_dev *d)
+{
+	int ret;
+
+	vm->dev = d;
+	ret = vg_ralloc_init(&vm->va, VUGPU_CTX_VA_START, (1ull << VG_VA_BITS) - VUGPU_CTX_VA_START);
+	if (ret)
+		return ret;
+	vg_lock(d);
+	ret = vg_vram_alloc_locked(d, VG_PD_SIZE, VG_PAGE_SIZE, &vm->pd_addr);
+	if (!ret) {
+		ret = (d->vm_ops->set_pgd)(vm); /* parenthesised: set_pgd is also an x86 macro */
+		if (ret) {
+			vg_vram_free_locked(d, vm->pd_addr, VG_PD_SIZE);
+			vm->pd_addr = 0;
+		}
+	}
+	vg_unlock(d);
+	return ret;
+}
+
+void vg_vm_fini(struct vg_vm *vm)
+{
+	struct vg_dev *d = vm->dev;
+
+	if (!d)
+		return;
+	vg_lock(d);
+	d->vm_ops->fini(vm);
+	if (vm->pd_addr)
+		vg_vram_free_locked(d, vm->pd_addr, VG_PD_SIZE);
+	vg_unlock(d);
+	vm->pd_addr = 0;
+	vg_ralloc_fini(&vm->va);
+}
+
+/* Give bo a VA range and map its pages (addrs per page, or contiguous from base). */
+static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base, u64 target)
+{
+	struct vg_dev *d = c->dev;
+	u64 flags = VG_ENTRY_TARGET(target) | ((bo->flags & VUGPU_MEM_READ_ONLY) ? VG_PTE_READ_ONLY : 0);
+	u32 pages = (u32)(bo->size >> VG_PAGE_SHIFT);
+	int ret;
+
+	bo->va_size = bo->size + VG_PAGE_SIZE; /* guard page */
+	ret = vg_ralloc_alloc(&c->vm.va, bo->va_size, VG_PAGE_SIZE, &bo->va);
+	if (ret)
+		return ret;
+	vg_lock(d);
+	ret = d->vm_ops->map(&c->vm, bo->va, pages, addrs, base, flags);
+	if (ret)
+		d->vm_ops->unmap(&c->vm, bo->va, pages);
+	d->vm_ops->flush(&c->vm);
+	vg_unlock(d);
+	if (ret) {
+		vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
+		bo->va = 0;
+	}
+	return ret;
+}
+
+static void bo_unmap(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_dev *d = c->dev;
+
+	if (!bo->va)
+		return;
+	vg_lock(d);
+	d->vm_ops->unmap(&c->vm, bo->va, (u32)(bo->size >> VG_PAGE_SHIFT));
+	d->vm_ops->flush(&c->vm);
+	vg_unlock(d);
+	vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
+	bo->va = 0;
+}
+
+static void bo_link(struct vg_ctx *c, struct vg_bo *bo)
+{
+	bo->handle = c->next_handle++;
+	if (!c->next_handle)
+		c->next_handle = 1;
+	bo->next = c->bos;
+	c->bos = bo;
+}
+
+static void bo_unlink(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_bo **pp;
+
+	for (pp = &c->bos; *pp; pp = &(*pp)->next) {
+		if (*pp == bo) {
+			*pp = bo->next;
+			return;
+		}
+	}
+}
+
+/* Give the memory back; the device must no longer be able to reach it. */
+static void bo_release(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_dev *d = c->dev;
+
+	if (bo->sysmem) {
+		if (d->bo_release)
+			d->bo_release(d, bo);
+	} else {
+		vg_vram_free(d, bo->vram_addr, bo->size);
+		c->vram_bytes -= bo->size;
+	}
+	vg_os_free(bo);
+}
+
+static int bo_new_vram(struct vg_ctx *c, u64 size, u32 flags, bool internal, struct vg_bo **out)
+{
+	struct vg_bo *bo;
+	int ret;
+
+	if (!size || size > c->dev->vram_size)
+		return -EINVAL;
+	bo = vg_os_zalloc(sizeof(*bo));
+	if (!bo)
+		return -ENOMEM;
+	bo->size = VG_ALIGN_UP(size, VG_PAGE_SIZE);
+	bo->flags = flags;
+	bo->internal = internal;
+	ret = vg_vram_alloc(c->dev, bo->size, VG_PAGE_SIZE, &bo->vram_addr);
+	if (ret) {
+		vg_os_free(bo);
+		return ret;
+	}
+	c->vram_bytes += bo->size;
+	ret = bo_map(c, bo, NULL, bo->vram_addr, VG_TARGET_VRAM);
+	if (ret) {
+		bo_release(c, bo);
+		return ret;
+	}
+	bo_link(c, bo);
+	*out = bo;
+	return 0;
+}
+
+/* ---- submission and fences ---- */
+
+static inline u32 userd_get(struct vg_ctx *c)
+{
+	return vg_vram_rd32(c->dev, c->userd_addr + VG_USERD_GP_GET) % VG_GPFIFO_ENTRIES;
+}
+
+static void gp_write(struct vg_ctx *c, u32 slot, u64 va, u32 dwords)
+{
+	u64 e = c->gpfifo_addr + (u64)slot * VG_GPFIFO_ENTRY_SIZE;
+
+	vg_vram_wr32(c->dev, e, VG_GP_ENTRY0(va));
+	vg_vram_wr32(c->dev, e + 4, VG_GP_ENTRY1(va, dwords));
+}
+
+/* Pushbuffer offset for `bytes`, or -1 when the ring is too full right now. */
+static s64 pb_place(struct vg_ctx *c, u32 get, u32 in_flight, u32 bytes)
+{
+	u32 head = c->pb_put, tail;
+
+	if (in_flight == 0)
+		return 0; /* idle: the whole ring is free */
+	tail = c->gp_pb_start[get];
+	if (head >= tail) {
+		if (VG_PB_SIZE - head >= bytes)
+			return head;
+		if (tail > bytes)
+			return 0;
+		return -1;
+	}
+	return tail - head > bytes ? (s64)head : -1;
+}
+
+int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq)
+{
+	struct vg_dev *d = c->dev;
+	u32 fence[VG_FENCE_DWORDS];
+	u32 get, in_flight, bytes, s0, s1;
+	s64 off;
+	int ret;
+
+	ret = vg_ctx_status(c, NULL);
+	if (ret)
+		return ret;
+	if (!c->bound)
+		return -ENODEV;
+	if (count == 0 || count > VUGPU_SUBMIT_MAX_DWORDS)
+		return -EINVAL;
+	bytes = (count + VG_FENCE_DWORDS) * 4;
+	get = userd_get(c);
+	in_flight = (c->gp_put - get + VG_GPFIFO_ENTRIES) % VG_GPFIFO_ENTRIES;
+	off = in_flight + 2 < VG_GPFIFO_ENTRIES ? pb_place(c, get, in_flight, bytes) : -1;
+	if (off < 0) {
+		*seq = c->gp_seq[get];
+		return -EBUSY;
+	}
+
+	c->seq++;
+	fence[0] = VG_MTHD(VG_OP_INC, 0, VG_HOST_SEMAPHORE_A, 4);
+	fence[1] = VG_HI32(c->sem_va) & 0xff;
+	fence[2] = VG_LO32(c->sem_va);
+	fence[3] = (u32)c->seq;
+	fence[4] = FENCE_RELEASE;
+	if (words)
+		vg_vram_write(d, c->pb_addr + (u64)off, words, (size_t)count * 4);
+	vg_vram_write(d, c->pb_addr + (u64)off + (u64)count * 4, fence, sizeof(fence));
+
+	s0 = c->gp_put;
+	s1 = (s0 + 1) % VG_GPFIFO_ENTRIES;
+	gp_write(c, s0, c->pb_va + (u64)off, count);
+	gp_write(c, s1, c->pb_va + (u64)off + (u64)count * 4, VG_FENCE_DWORDS);
+	c->gp_pb_start[s0] = c->gp_pb_start[s1] = (u32)off;
+	c->gp_seq[s0] = c->gp_seq[s1] = c->seq;
+	c->gp_put = (s1 + 1) % VG_GPFIFO_ENTRIES;
+	c->pb_put = (u32)off + bytes;
+	/* segments and entries must be in VRAM before GP_PUT, GP_PUT before the doorbell */
+	vg_os_wmb();
+	vg_vram_wr32(d, c->userd_addr + VG_USERD_GP_PUT, c->gp_put);
+	vg_os_wmb();
+	vg_wr(d, VG_DOORBELL, (u32)c->chid);
+	*seq = c->seq;
+	return 0;
+}
+
+bool vg_ctx_seq_done(struct vg_ctx *c, u64 seq)
+{
+	u32 sem = vg_vram_rd32(c->dev, c->sem_addr);
+
+	vg_os_rmb();
+	return (s32)(sem - (u32)seq) >= 0;
+}
+
+u64 vg_ctx_seq_completed(struct vg_ctx *c)
+{
+	u32 sem = vg_vram_rd32(c->dev, c->sem_addr);
+
+	return c->seq - (u32)((u32)c->seq - sem);
+}
+
+int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
+{
+	vg_irqflags_t fl;
+	u32 code;
+
+	vg_os_lock(&c->dev->os, fl);
+	code = c->err_code;
+	if (err) {
+		err->code = code;
+		err->info = c->err_info;
+		err->fault_va = c->fault_va;
+		err->fault_info = c->fault_info;
+		err->fault_valid = c->fault_valid;
+	}
+	vg_os_unlock(&c->dev->os, fl);
+	if (err)
+		err->seq_done = c->sem_addr ? vg_ctx_seq_completed(c) : 0;
+	if (!code)
+		return 0;
+	return code == VG_CERR_MMU_FAULT ? -EFAULT : -EIO;
+}
+
+int vg_ctx_poll_error(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	vg_irqflags_t fl;
+	u32 st, code, info;
+
+	if (c->chid < 0 || !c->bound)
+		return vg_ctx_status(c, NULL);
+	st = vg_rd(d, VG_PFIFO_CHAN_STATE(c->chid));
+	if (st & VG_STATE_ERROR) {
+		code = vg_rd(d, VG_PFIFO_CHAN_ERR(c->chid));
+		info = vg_rd(d, VG_PFIFO_CHAN_ERR_INFO(c->chid));
+		vg_os_lock(&d->os, fl);
+		if (!c->err_code) {
+			c->err_code = code ? code : 0xff;
+			c->err_info = info;
+		}
+		vg_os_unlock(&d->os, fl);
+	}
+	return vg_ctx_status(c, NULL);
+}
+
+/*
+ * Fill a new VRAM buffer with zeros on the GPU (MEMSET kernel, hw-spec §6.2), as real drivers
+ * clear new buffer objects: VRAM freed by one process must not leak into another, and writing
+ * it through BAR1 would cost one trapped access per word where BAR1 is trapped (fv-naive).
+ */
+static int bo_clear(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_dev *d = c->dev;
+	u64 param_va = c->sem_va + VG_SEM_PARAM_OFFSET;
+	u64 words = bo->size / 4;
+	u32 pb[24], n = 0;
+	u64 seq;
+	int ret;
+
+	vg_vram_wr32(d, c->sem_addr + VG_SEM_PARAM_OFFSET, 0);        /* pattern */
+	vg_vram_wr32(d, c->sem_addr + VG_SEM_PARAM_OFFSET + 4, 0);    /* reserved */
+	vg_vram_wr64(d, c->sem_addr + VG_SEM_PARAM_OFFSET + 8, words); /* count */
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_KERNEL_ID, 7);
+	pb[n++] = VG_K_MEMSET;
+	pb[n++] = 1;
+	pb[n++] = 1;
+	pb[n++] = 1;
+	pb[n++] = VG_HI32(param_va) & 0xff;
+	pb[n++] = VG_LO32(param_va);
+	pb[n++] = 16;
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER_COUNT, 1);
+	pb[n++] = 1;
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4);
+	pb[n++] = VG_HI32(bo->va) & 0xff;
+	pb[n++] = VG_LO32(bo->va);
+	pb[n++] = (u32)bo->size;
+	pb[n++] = 0;
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1);
+	pb[n++] = 0;
+	vg_os_wmb();
+	for (;;) {
+		ret = vg_ctx_submit(c, pb, n, &seq);
+		if (ret != -EBUSY)
+			break;
+		ret = d->wait(c, seq, VG_WAIT_RETIRE_MS);
+		if (ret)
+			return ret;
+	}
+	if (ret)
+		return ret;
+	return d->wait(c, seq, VG_WAIT_RETIRE_MS);
+}
+
+/* ---- buffers ---- */
+
+int vg_ctx_vram_alloc(struct vg_ctx *c, u64 size, u32 flags, struct vg_bo **out)
+{
+	struct vg_bo *bo;
+	int ret;
+
+	if (flags & ~VUGPU_MEM_READ_ONLY)
+		return -EINVAL;
+	if (VG_ALIGN_UP(size, VG_PAGE_SIZE) > 0xfffff000ull) /* BUFFER_LENGTH, LINE_LENGTH_IN are 32-bit */
+		return -E2BIG;
+	ret = vg_ctx_status(c, NULL);
+	if (ret)
+		return ret;
+	ret = bo_new_vram(c, size, flags, false, &bo);
+	if (ret)
+		return ret;
+	ret = bo_clear(c, bo);
+	if (ret) {
+		/* the clear may still be running: retire the buffer with the context */
+		bo->internal = true;
+		return ret;
+	}
+	*out = bo;
+	return 0;
+}
+
+int vg_ctx_sys_map(struct vg_ctx *c, const u64 *bus, u32 pages, u32 flags, void *os_priv,
+		   struct vg_bo **out)
+{
+	struct vg_bo *bo;
+	int ret;
+
+	if (!pages || (flags & ~VUGPU_MEM_READ_ONLY))
+		return -EINVAL;
+	bo = vg_os_zalloc(sizeof(*bo));
+	if (!bo)
+		return -ENOMEM;
+	bo->sysmem = true;
+	bo->flags = flags;
+	bo->size = (u64)pages << VG_PAGE_SHIFT;
+	bo->os_priv = os_priv;
+	ret = bo_map(c, bo, bus, 0, VG_TARGET_SYSMEM);
+	if (ret) {
+		vg_os_free(bo); /* the caller still owns os_priv */
+		return ret;
+	}
+	bo_link(c, bo);
+	*out = bo;
+	return 0;
+}
+
+struct vg_bo *vg_ctx_bo_find(struct vg_ctx *c, u32 handle)
+{
+	struct vg_bo *bo;
+
+	for (bo = c->bos; bo; bo = bo->next)
+		if (bo->handle == handle && !bo->internal)
+			return bo;
+	return NULL;
+}
+
+struct vg_bo *vg_ctx_bo_find_vram(struct vg_ctx *c, u64 vram_addr, u64 size)
+{
+	struct vg_bo *bo;
+
+	for (bo = c->bos; bo; bo = bo->next)
+		if (!bo->internal && !bo->sysmem && vram_addr >= bo->vram_addr &&
+		    vram_addr - bo->vram_addr <= bo->size && size <= bo->size - (vram_addr - bo->vram_addr))
+			return bo;
+	return NULL;
+}
+
+int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_dev *d = c->dev;
+	int ret = 0;
+
+	bo_unmap(c, bo);
+	/* work submitted before the free may still use the pages: wait for it */
+	if (c->bound && !vg_ctx_seq_done(c, c->seq)) {
+		ret = d->wait(c, c->seq, VG_WAIT_RETIRE_MS);
+		if (ret == -EFAULT || ret == -EIO) {
+			/* failed channel: make sure nothing of it runs any more */
+			ret = vg_chan_stop(d, (u32)c->chid);
+		}
+		if (ret) {
+			bo->internal = true; /* retired with the context */
+			return ret;
+		}
+	}
+	bo_unlink(c, bo);
+	bo_release(c, bo);
+	return 0;
+}
+
+/* ---- context ---- */
+
+static void write_instance(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	u64 i = c->inst_addr;
+	u32 log2 = 0;
+
+	while ((1u << log2) < VG_GPFIFO_ENTRIES)
+		log2++;
+	vg_vram_zero(d, i, VG_INST_SIZE);
+	vg_vram_wr32(d, i + VG_INST_USERD_LO, (VG_LO32(c->userd_addr) & ~0x1ffu) | VG_TARGET_VRAM);
+	vg_vram_wr32(d, i + VG_INST_USERD_HI, VG_HI32(c->userd_addr));
+	vg_vram_wr32(d, i + VG_INST_MAGIC, 0xface);
+	vg_vram_wr32(d, i + VG_INST_GP_BASE_LO, VG_LO32(c->gpfifo_va) & ~7u);
+	vg_vram_wr32(d, i + VG_INST_GP_BASE_HI, (VG_HI32(c->gpfifo_va) & 0xff) | (log2 << 16));
+	vg_vram_wr32(d, i + VG_INST_PD_LO, (VG_LO32(c->vm.pd_addr) & ~0xfffu) | VG_TARGET_VRAM);
+	vg_vram_wr32(d, i + VG_INST_PD_HI, VG_HI32(c->vm.pd_addr));
+	vg_vram_wr32(d, i + VG_INST_LIMIT_LO, 0); /* no limit below 2^40 */
+	vg_vram_wr32(d, i + VG_INST_LIMIT_HI, 0);
+}
+
+static int chid_alloc(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	vg_irqflags_t fl;
+	u32 chid;
+
+	for (chid = 0; chid < d->chan_count; chid++) {
+		if (!d->chans[chid]) {
+			vg_os_lock(&d->os, fl);
+			d->chans[chid] = c;
+			vg_os_unlock(&d->os, fl);
+			c->chid = (int)chid;
+			return 0;
+		}
+	}
+	return -EBUSY;
+}
+
+/* Bind the channel to its instance block, put it on the runlist, enable it. */
+static int chan_bind(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	u32 chid, st;
+	int ret;
+
+	vg_lock(d);
+	ret = chid_alloc(c);
+	if (ret) {
+		vg_unlock(d);
+		return ret;
+	}
+	chid = (u32)c->chid;
+	vg_os_wmb();
+	vg_wr(d, VG_PFIFO_CHAN(chid), VG_CHAN_VALID | (u32)(c->inst_addr >> 12));
+	st = vg_rd(d, VG_PFIFO_CHAN_STATE(chid));
+	if (st & VG_STATE_ERROR) {
+		u32 code = vg_rd(d, VG_PFIFO_CHAN_ERR(chid));
+
+		vg_err(d, "channel %u: bind rejected, error %u", chid, code);
+		vg_wr(d, VG_PFIFO_CHAN(chid), 0);
+		vg_unlock(d);
+		return -EIO;
+	}
+	c->bound = true;
+	vg_runlist_update(d);
+	vg_wr(d, VG_PFIFO_CHAN_STATE(chid), VG_STATE_ENABLE);
+	vg_unlock(d);
+	return 0;
+}
+
+int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
+{
+	struct vg_ctx *c;
+	struct vg_bo *gp, *pb, *sem;
+	u32 init[4];
+	u64 seq;
+	int ret;
+
+	c = vg_os_zalloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->dev = d;
+	c->os_priv = os_priv;
+	c->chid = -1;
+	c->next_handle = 1;
+	c->gp_pb_start = vg_os_zalloc(sizeof(u32) * VG_GPFIFO_ENTRIES);
+	c->gp_seq = vg_os_zalloc(sizeof(u64) * VG_GPFIFO_ENTRIES);
+	if (!c->gp_pb_start || !c->gp_seq) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = vg_vm_init(&c->vm, d);
+	if (ret)
+		goto fail;
+	ret = vg_vram_alloc(d, VG_INST_SIZE, VG_PAGE_SIZE, &c->inst_addr);
+	if (ret)
+		goto fail;
+	c->vram_bytes += VG_INST_SIZE;
+	c->userd_addr = c->inst_addr + VG_USERD_OFFSET;
+
+	ret = bo_new_vram(c, VG_GPFIFO_ENTRIES * VG_GPFIFO_ENTRY_SIZE, VUGPU_MEM_READ_ONLY, true, &gp);
+	if (!ret)
+		ret = bo_new_vram(c, VG_PB_SIZE, VUGPU_MEM_READ_ONLY, true, &pb);
+	if (!ret)
+		ret = bo_new_vram(c, VG_PAGE_SIZE, 0, true, &sem);
+	if (ret)
+		goto fail;
+	c->gpfifo_addr = gp->vram_addr;
+	c->gpfifo_va = gp->va;
+	c->pb_addr = pb->vram_addr;
+	c->pb_va = pb->va;
+	c->sem_addr = sem->vram_addr;
+	c->sem_va = sem->va;
+	vg_vram_zero(d, c->sem_addr, VG_PAGE_SIZE);
+	write_instance(c);
+
+	ret = chan_bind(c);
+	if (ret)
+		goto fail;
+	d->contexts++;
+
+	/* bind the classes on their conventional subchannels (hw-spec §6) */
+	init[0] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, 1);
+	init[1] = VG_CLASS_COMPUTE;
+	init[2] = VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1);
+	init[3] = VG_CLASS_COPY;
+	ret = vg_ctx_submit(c, init, 4, &seq);
+	if (ret) {
+		vg_ctx_destroy(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+fail:
+	vg_ctx_destroy(c);
+	return ret;
+}
+
+void vg_ctx_destroy(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	vg_irqflags_t fl;
+	struct vg_bo *bo;
+
+	if (c->chid >= 0) {
+		u32 chid = (u32)c->chid;
+
+		if (c->bound) {
+			vg_chan_stop(d, chid);
+			d->contexts--;
+		}
+		vg_lock(d);
+		vg_os_lock(&d->os, fl);
+		d->chans[chid] = NULL;
+		vg_os_unlock(&d->os, fl);
+		if (c->bound) {
+			vg_runlist_update(d);
+			vg_wr(d, VG_PFIFO_CHAN(chid), 0);
+			c->bound = false;
+		}
+		vg_unlock(d);
+		c->chid = -1;
+	}
+	/* the channel can no longer run: give everything back */
+	while ((bo = c->bos)) {
+		c->bos = bo->next;
+		if (d->vm_ops->unmap_on_destroy)
+			bo_unmap(c, bo);
+		bo_release(c, bo);
+	}
+	if (c->inst_addr)
+		vg_vram_free(d, c->inst_addr, VG_INST_SIZE);
+	vg_vm_fini(&c->vm);
+	vg_os_free(c->gp_pb_start);
+	vg_os_free(c->gp_seq);
+	vg_os_free(c);
+}

@@ -1,0 +1,686 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The vugpu runtime (vugpu.h) over a driver backend (vg_backend.h): allocations, copies through
+ * the copy engine, kernel launches through the compute class, synchronisation and errors.
+ *
+ * Copies (docs/guest.md discusses the choice): the copy engine moves the bytes, as CUDA does.
+ * Pinned host memory (vgMemAllocHost) is copied directly. Pageable memory is staged through two
+ * 4 MiB pinned buffers: HtoD fills one while the engine drains the other; DtoH keeps two chunks
+ * in flight and copies each out as it lands. VUGPU_COPY=bar1 switches to CPU copies through the
+ * BAR1 mapping instead (for comparison; reads of BAR1 are slow under TCG).
+ *
+ * Kernel parameters are written through BAR1 into a ring of 16 parameter slots (4 KiB each) in
+ * VRAM; a slot is reused once the launch that used it has completed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "vugpu.h"
+#include "vg_backend.h"
+#include "vugpu_hw.h"
+#include "vugpu_names.h"
+
+#define STAGING_CHUNK (4u << 20)
+#define PARAM_SLOTS 16u
+#define PARAM_SLOT_SIZE 4096u
+#define COPY_MAX_LINE (1u << 30)
+#define PB_WORDS 512u
+
+struct vg_alloc {
+	struct vg_alloc *next;
+	vgDevicePtr va;
+	uint64_t size;
+	uint32_t handle;
+	void *cpu;
+	int host;
+};
+
+struct vgContextRec {
+	const struct vg_backend *be;
+	struct vg_backend_ctx *b;
+	struct vg_alloc *allocs;
+	uint64_t last_seq;
+	vgResult sticky;
+	char detail[320];
+	struct vg_alloc *params;
+	uint64_t param_seq[PARAM_SLOTS];
+	unsigned int param_next;
+	struct vg_alloc *staging[2];
+	uint64_t staging_seq[2];
+	int bar1_copies;
+	uint32_t timeout_ms;
+};
+
+static const struct vg_backend *g_backend;
+
+/* ---- errors ---- */
+
+static const struct {
+	vgResult r;
+	const char *name, *text;
+} results[] = {
+	{ VG_SUCCESS, "VG_SUCCESS", "no error" },
+	{ VG_ERROR_INVALID_VALUE, "VG_ERROR_INVALID_VALUE", "invalid argument" },
+	{ VG_ERROR_OUT_OF_MEMORY, "VG_ERROR_OUT_OF_MEMORY", "out of memory" },
+	{ VG_ERROR_NOT_INITIALIZED, "VG_ERROR_NOT_INITIALIZED", "vgInit has not been called" },
+	{ VG_ERROR_NO_DEVICE, "VG_ERROR_NO_DEVICE", "no vugpu device (driver not loaded, or VUGPU_SOCKET unreachable)" },
+	{ VG_ERROR_INVALID_CONTEXT, "VG_ERROR_INVALID_CONTEXT", "invalid context" },
+	{ VG_ERROR_INVALID_HANDLE, "VG_ERROR_INVALID_HANDLE", "pointer is not an allocation of this context" },
+	{ VG_ERROR_NOT_READY, "VG_ERROR_NOT_READY", "work still in progress" },
+	{ VG_ERROR_ILLEGAL_ADDRESS, "VG_ERROR_ILLEGAL_ADDRESS", "the GPU faulted on an address (MMU fault)" },
+	{ VG_ERROR_LAUNCH_TIMEOUT, "VG_ERROR_LAUNCH_TIMEOUT", "a job ran past the device watchdog and was cancelled" },
+	{ VG_ERROR_LAUNCH_FAILED, "VG_ERROR_LAUNCH_FAILED", "the channel failed (bad command, launch or instance)" },
+	{ VG_ERROR_KERNEL, "VG_ERROR_KERNEL", "the kernel rejected its parameters or buffers" },
+	{ VG_ERROR_TIMEOUT, "VG_ERROR_TIMEOUT", "timed out waiting for the GPU" },
+	{ VG_ERROR_OS, "VG_ERROR_OS", "unexpected operating-system error" },
+};
+
+const char *vgGetErrorName(vgResult r)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(results) / sizeof(results[0]); i++)
+		if (results[i].r == r)
+			return results[i].name;
+	return "VG_ERROR_UNKNOWN";
+}
+
+const char *vgGetErrorString(vgResult r)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(results) / sizeof(results[0]); i++)
+		if (results[i].r == r)
+			return results[i].text;
+	return "unknown error";
+}
+
+const char *vgGetErrorDetail(vgContext ctx)
+{
+	return ctx ? ctx->detail : "";
+}
+
+static vgResult os_error(vgContext ctx, int err, const char *what)
+{
+	if (ctx)
+		snprintf(ctx->detail, sizeof(ctx->detail), "%s: %s", what, strerror(-err));
+	switch (err) {
+	case -ENOMEM:
+	case -ENOSPC:
+		return VG_ERROR_OUT_OF_MEMORY;
+	case -EINVAL:
+	case -E2BIG:
+	case -EOVERFLOW:
+		return VG_ERROR_INVALID_VALUE;
+	case -ENOENT:
+		return VG_ERROR_INVALID_HANDLE;
+	case -ENODEV:
+	case -ENXIO:
+		return VG_ERROR_NO_DEVICE;
+	case -ETIMEDOUT:
+		return VG_ERROR_TIMEOUT;
+	default:
+		return VG_ERROR_OS;
+	}
+}
+
+/* A channel failure: translate the hw-spec §8 state into a sticky result with a description. */
+static vgResult channel_error(vgContext ctx, const struct vugpu_error *e)
+{
+	vgResult r;
+	int n;
+
+	switch (e->code) {
+	case VG_CERR_MMU_FAULT:
+		r = VG_ERROR_ILLEGAL_ADDRESS;
+		break;
+	case VG_CERR_WATCHDOG:
+		r = VG_ERROR_LAUNCH_TIMEOUT;
+		break;
+	case VG_CERR_KERNEL_ERROR:
+		r = VG_ERROR_KERNEL;
+		break;
+	default:
+		r = VG_ERROR_LAUNCH_FAILED;
+	}
+	n = snprintf(ctx->detail, sizeof(ctx->detail), "channel error %u (%s), gp_get %u, subchannel %u, method 0x%03x",
+		     e->code, vg_chan_err_name(e->code), e->info >> 16, (e->info >> 13) & 7, (e->info & 0xfff) << 2);
+	if (e->fault_valid && n > 0 && (size_t)n < sizeof(ctx->detail))
+		snprintf(ctx->detail + n, sizeof(ctx->detail) - (size_t)n, "; MMU fault at VA 0x%010llx: %s on %s by %s",
+			 (unsigned long long)e->fault_va, vg_fault_name(VG_FAULT_INFO_REASON(e->fault_info)),
+			 VG_FAULT_INFO_WRITE(e->fault_info) ? "write" : "read", vg_unit_name(VG_FAULT_INFO_UNIT(e->fault_info)));
+	ctx->sticky = r;
+	return r;
+}
+
+/* Result of a backend call that may have hit a failed channel (-EFAULT/-EIO). */
+static vgResult be_result(vgContext ctx, int err, const char *what)
+{
+	struct vugpu_error e;
+
+	if (!err)
+		return VG_SUCCESS;
+	if (err == -EFAULT || err == -EIO) {
+		memset(&e, 0, sizeof(e));
+		ctx->be->wait(ctx->b, 0, 0, &e); /* fetch the channel's state */
+		if (e.code)
+			return channel_error(ctx, &e);
+	}
+	return os_error(ctx, err, what);
+}
+
+static vgResult wait_seq(vgContext ctx, uint64_t seq)
+{
+	struct vugpu_error e;
+	int ret;
+
+	if (!seq)
+		return VG_SUCCESS;
+	memset(&e, 0, sizeof(e));
+	ret = ctx->be->wait(ctx->b, seq, ctx->timeout_ms, &e);
+	if (!ret)
+		return VG_SUCCESS;
+	if ((ret == -EFAULT || ret == -EIO) && e.code)
+		return channel_error(ctx, &e);
+	return os_error(ctx, ret, "wait");
+}
+
+#define CHECK_CTX(ctx)                                  \
+	do {                                            \
+		if (!g_backend)                         \
+			return VG_ERROR_NOT_INITIALIZED; \
+		if (!(ctx) || !(ctx)->b)                \
+			return VG_ERROR_INVALID_CONTEXT; \
+		if ((ctx)->sticky)                      \
+			return (ctx)->sticky;           \
+	} while (0)
+
+/* ---- init and contexts ---- */
+
+vgResult vgInit(unsigned int flags)
+{
+	const char *sock = getenv("VUGPU_SOCKET");
+	const char *dev = getenv("VUGPU_DEV");
+
+	if (flags)
+		return VG_ERROR_INVALID_VALUE;
+	if (sock && *sock) {
+		g_backend = &vg_backend_host;
+		return access(sock, R_OK | W_OK) == 0 ? VG_SUCCESS : VG_ERROR_NO_DEVICE;
+	}
+	g_backend = &vg_backend_kmod;
+	return access(dev && *dev ? dev : "/dev/vugpu0", R_OK | W_OK) == 0 ? VG_SUCCESS : VG_ERROR_NO_DEVICE;
+}
+
+static vgResult alloc_record(vgContext ctx, int host, uint64_t size, struct vg_alloc **out)
+{
+	struct vg_alloc *a = calloc(1, sizeof(*a));
+	int ret;
+
+	if (!a)
+		return VG_ERROR_OUT_OF_MEMORY;
+	a->host = host;
+	a->size = size;
+	ret = host ? ctx->be->host_alloc(ctx->b, size, &a->handle, &a->va, &a->cpu)
+		   : ctx->be->vram_alloc(ctx->b, size, &a->handle, &a->va, &a->cpu);
+	if (ret) {
+		free(a);
+		return be_result(ctx, ret, host ? "pinned host allocation" : "VRAM allocation");
+	}
+	a->next = ctx->allocs;
+	ctx->allocs = a;
+	*out = a;
+	return VG_SUCCESS;
+}
+
+static vgResult alloc_release(vgContext ctx, struct vg_alloc *a)
+{
+	struct vg_alloc **pp;
+	int ret;
+
+	for (pp = &ctx->allocs; *pp; pp = &(*pp)->next) {
+		if (*pp == a) {
+			*pp = a->next;
+			break;
+		}
+	}
+	ret = ctx->be->mem_free(ctx->b, a->handle, a->cpu, a->size, a->host);
+	free(a);
+	return be_result(ctx, ret, "free");
+}
+
+vgResult vgCtxCreate(vgContext *out)
+{
+	vgContext ctx;
+	const char *e;
+	vgResult r;
+	int ret;
+
+	if (!g_backend)
+		return VG_ERROR_NOT_INITIALIZED;
+	if (!out)
+		return VG_ERROR_INVALID_VALUE;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return VG_ERROR_OUT_OF_MEMORY;
+	ctx->be = g_backend;
+	e = getenv("VUGPU_COPY");
+	ctx->bar1_copies = e && !strcmp(e, "bar1");
+	e = getenv("VUGPU_TIMEOUT_MS");
+	ctx->timeout_ms = e ? (uint32_t)atoi(e) : 120000;
+	ret = ctx->be->open(&ctx->b);
+	if (ret) {
+		r = os_error(NULL, ret, "open");
+		free(ctx);
+		return r == VG_ERROR_OS || r == VG_ERROR_INVALID_HANDLE ? VG_ERROR_NO_DEVICE : r;
+	}
+	r = alloc_record(ctx, 0, PARAM_SLOTS * PARAM_SLOT_SIZE, &ctx->params);
+	if (r) {
+		vgCtxDestroy(ctx);
+		return r;
+	}
+	*out = ctx;
+	return VG_SUCCESS;
+}
+
+vgResult vgCtxDestroy(vgContext ctx)
+{
+	struct vg_alloc *a;
+
+	if (!ctx || !ctx->b)
+		return VG_ERROR_INVALID_CONTEXT;
+	/*
+	 * Closing the context releases every buffer at once (the driver stops the channel first).
+	 * CPU mappings of VRAM must go before the close (they pin the driver's file), pinned host
+	 * memory after it (the driver unpins it at close).
+	 */
+	for (a = ctx->allocs; a; a = a->next)
+		if (!a->host)
+			ctx->be->unmap_cpu(ctx->b, a->cpu, a->size, 0);
+	ctx->be->close(ctx->b);
+	while ((a = ctx->allocs)) {
+		ctx->allocs = a->next;
+		if (a->host)
+			ctx->be->unmap_cpu(NULL, a->cpu, a->size, 1);
+		free(a);
+	}
+	ctx->b = NULL;
+	free(ctx);
+	return VG_SUCCESS;
+}
+
+vgResult vgGetDeviceInfo(vgContext ctx, vgDeviceInfo *info)
+{
+	struct vugpu_info i;
+	int ret, k;
+
+	if (!ctx || !ctx->b)
+		return VG_ERROR_INVALID_CONTEXT;
+	if (!info)
+		return VG_ERROR_INVALID_VALUE;
+	ret = ctx->be->info(ctx->b, &i);
+	if (ret)
+		return os_error(ctx, ret, "info");
+	memset(info, 0, sizeof(*info));
+	snprintf(info->backend, sizeof(info->backend), "%s", ctx->be->name);
+	info->vram_size = i.vram_size;
+	info->vram_used = i.vram_used;
+	info->channels = i.chan_count;
+	info->pv_mode = i.pv_mode;
+	info->mmio_count = i.mmio_count;
+	for (k = 0; k < 4; k++)
+		info->irq_count[k] = i.irq_count[k];
+	info->pv_calls = i.pv_calls;
+	return VG_SUCCESS;
+}
+
+/* ---- memory ---- */
+
+static struct vg_alloc *find_dev(vgContext ctx, vgDevicePtr p, uint64_t n)
+{
+	struct vg_alloc *a;
+
+	for (a = ctx->allocs; a; a = a->next)
+		if (!a->host && p >= a->va && p - a->va <= a->size && n <= a->size - (p - a->va))
+			return a;
+	return NULL;
+}
+
+static struct vg_alloc *find_host(vgContext ctx, const void *p, uint64_t n)
+{
+	uintptr_t q = (uintptr_t)p;
+	struct vg_alloc *a;
+
+	for (a = ctx->allocs; a; a = a->next) {
+		uintptr_t base = (uintptr_t)a->cpu;
+
+		if (a->host && q >= base && q - base <= a->size && n <= a->size - (q - base))
+			return a;
+	}
+	return NULL;
+}
+
+vgResult vgMemAlloc(vgContext ctx, vgDevicePtr *dptr, size_t bytes)
+{
+	struct vg_alloc *a;
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (!dptr || !bytes)
+		return VG_ERROR_INVALID_VALUE;
+	r = alloc_record(ctx, 0, bytes, &a);
+	if (!r)
+		*dptr = a->va;
+	return r;
+}
+
+vgResult vgMemFree(vgContext ctx, vgDevicePtr dptr)
+{
+	struct vg_alloc *a;
+
+	CHECK_CTX(ctx);
+	for (a = ctx->allocs; a; a = a->next)
+		if (!a->host && a->va == dptr && a != ctx->params)
+			return alloc_release(ctx, a);
+	return VG_ERROR_INVALID_HANDLE;
+}
+
+vgResult vgMemAllocHost(vgContext ctx, void **ptr, size_t bytes)
+{
+	struct vg_alloc *a;
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (!ptr || !bytes)
+		return VG_ERROR_INVALID_VALUE;
+	r = alloc_record(ctx, 1, bytes, &a);
+	if (!r)
+		*ptr = a->cpu;
+	return r;
+}
+
+vgResult vgMemFreeHost(vgContext ctx, void *ptr)
+{
+	struct vg_alloc *a;
+
+	CHECK_CTX(ctx);
+	for (a = ctx->allocs; a; a = a->next)
+		if (a->host && a->cpu == ptr && a != ctx->staging[0] && a != ctx->staging[1])
+			return alloc_release(ctx, a);
+	return VG_ERROR_INVALID_HANDLE;
+}
+
+/* ---- pushbuffer building ---- */
+
+struct pb {
+	uint32_t w[PB_WORDS];
+	uint32_t n;
+};
+
+static void pb_mthd(struct pb *p, unsigned int subc, unsigned int mthd, unsigned int count, const uint32_t *data)
+{
+	unsigned int i;
+
+	p->w[p->n++] = VG_MTHD(VG_OP_INC, subc, mthd, count);
+	for (i = 0; i < count; i++)
+		p->w[p->n++] = data[i];
+}
+
+static void pb_copy(struct pb *p, uint64_t src, uint64_t dst, uint32_t len)
+{
+	uint32_t off[4] = { (uint32_t)(src >> 32) & 0xff, (uint32_t)src, (uint32_t)(dst >> 32) & 0xff, (uint32_t)dst };
+	uint32_t line[2] = { len, 1 };
+	uint32_t launch = VG_LAUNCH_TRANSFER_NON_PIPELINED;
+
+	pb_mthd(p, VG_SUBCH_COPY, VG_COPY_OFFSET_IN_UPPER, 4, off);
+	pb_mthd(p, VG_SUBCH_COPY, VG_COPY_LINE_LENGTH_IN, 2, line);
+	pb_mthd(p, VG_SUBCH_COPY, VG_COPY_LAUNCH_DMA, 1, &launch);
+}
+
+static vgResult submit(vgContext ctx, const struct pb *p, uint64_t *seq)
+{
+	uint64_t s = 0;
+	int ret = ctx->be->submit(ctx->b, p->w, p->n, &s);
+
+	if (ret)
+		return be_result(ctx, ret, "submit");
+	ctx->last_seq = s;
+	if (seq)
+		*seq = s;
+	return VG_SUCCESS;
+}
+
+/* GPU copy of len bytes between two GPU VAs, split into lines the engine accepts; waits. */
+static vgResult gpu_copy(vgContext ctx, uint64_t src, uint64_t dst, uint64_t len)
+{
+	struct pb p;
+	uint64_t seq = 0;
+	vgResult r;
+
+	p.n = 0;
+	while (len) {
+		uint32_t n = len > COPY_MAX_LINE ? COPY_MAX_LINE : (uint32_t)len;
+
+		if (p.n + 16 > PB_WORDS) {
+			r = submit(ctx, &p, NULL);
+			if (r)
+				return r;
+			p.n = 0;
+		}
+		pb_copy(&p, src, dst, n);
+		src += n;
+		dst += n;
+		len -= n;
+	}
+	if (p.n) {
+		r = submit(ctx, &p, &seq);
+		if (r)
+			return r;
+	}
+	return wait_seq(ctx, seq ? seq : ctx->last_seq);
+}
+
+static vgResult ensure_staging(vgContext ctx)
+{
+	vgResult r;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (ctx->staging[i])
+			continue;
+		r = alloc_record(ctx, 1, STAGING_CHUNK, &ctx->staging[i]);
+		if (r)
+			return r;
+	}
+	return VG_SUCCESS;
+}
+
+/* ---- copies ---- */
+
+vgResult vgMemcpyHtoD(vgContext ctx, vgDevicePtr dst, const void *src, size_t bytes)
+{
+	struct vg_alloc *d, *h;
+	const uint8_t *s = src;
+	uint64_t off = 0;
+	vgResult r;
+	int k = 0;
+
+	CHECK_CTX(ctx);
+	if (!bytes)
+		return VG_SUCCESS;
+	if (!src)
+		return VG_ERROR_INVALID_VALUE;
+	d = find_dev(ctx, dst, bytes);
+	if (!d)
+		return VG_ERROR_INVALID_HANDLE;
+	h = find_host(ctx, src, bytes);
+	if (h) /* pinned: one DMA, no staging */
+		return gpu_copy(ctx, h->va + ((uintptr_t)src - (uintptr_t)h->cpu), dst, bytes);
+	if (ctx->bar1_copies && d->cpu) {
+		/* earlier work may still write the buffer */
+		r = wait_seq(ctx, ctx->last_seq);
+		if (!r)
+			memcpy((uint8_t *)d->cpu + (dst - d->va), src, bytes);
+		return r;
+	}
+	r = ensure_staging(ctx);
+	if (r)
+		return r;
+	while (off < bytes) {
+		uint32_t n = bytes - off > STAGING_CHUNK ? STAGING_CHUNK : (uint32_t)(bytes - off);
+		struct vg_alloc *st = ctx->staging[k];
+		struct pb p;
+
+		/* the engine may still be reading this staging buffer from the previous round */
+		r = wait_seq(ctx, ctx->staging_seq[k]);
+		if (r)
+			return r;
+		memcpy(st->cpu, s + off, n);
+		p.n = 0;
+		pb_copy(&p, st->va, dst + off, n);
+		r = submit(ctx, &p, &ctx->staging_seq[k]);
+		if (r)
+			return r;
+		off += n;
+		k ^= 1;
+	}
+	return wait_seq(ctx, ctx->last_seq);
+}
+
+vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
+{
+	struct vg_alloc *d, *h;
+	uint8_t *out = dst;
+	uint64_t chunk_off[2] = { 0, 0 }, next = 0, done = 0;
+	uint32_t chunk_len[2] = { 0, 0 };
+	vgResult r;
+	int k;
+
+	CHECK_CTX(ctx);
+	if (!bytes)
+		return VG_SUCCESS;
+	if (!dst)
+		return VG_ERROR_INVALID_VALUE;
+	d = find_dev(ctx, src, bytes);
+	if (!d)
+		return VG_ERROR_INVALID_HANDLE;
+	h = find_host(ctx, dst, bytes);
+	if (h)
+		return gpu_copy(ctx, src, h->va + ((uintptr_t)dst - (uintptr_t)h->cpu), bytes);
+	if (ctx->bar1_copies && d->cpu) {
+		r = wait_seq(ctx, ctx->last_seq);
+		if (!r)
+			memcpy(dst, (const uint8_t *)d->cpu + (src - d->va), bytes);
+		return r;
+	}
+	r = ensure_staging(ctx);
+	if (r)
+		return r;
+	/* keep both staging buffers busy: chunk i goes to buffer i % 2 */
+	for (k = 0; k < 2 && next < bytes; k++) {
+		struct pb p;
+
+		chunk_off[k] = next;
+		chunk_len[k] = bytes - next > STAGING_CHUNK ? STAGING_CHUNK : (uint32_t)(bytes - next);
+		p.n = 0;
+		pb_copy(&p, src + next, ctx->staging[k]->va, chunk_len[k]);
+		r = submit(ctx, &p, &ctx->staging_seq[k]);
+		if (r)
+			return r;
+		next += chunk_len[k];
+	}
+	for (k = 0; done < bytes; k ^= 1) {
+		r = wait_seq(ctx, ctx->staging_seq[k]);
+		if (r)
+			return r;
+		memcpy(out + chunk_off[k], ctx->staging[k]->cpu, chunk_len[k]);
+		done += chunk_len[k];
+		if (next < bytes) {
+			struct pb p;
+
+			chunk_off[k] = next;
+			chunk_len[k] = bytes - next > STAGING_CHUNK ? STAGING_CHUNK : (uint32_t)(bytes - next);
+			p.n = 0;
+			pb_copy(&p, src + next, ctx->staging[k]->va, chunk_len[k]);
+			r = submit(ctx, &p, &ctx->staging_seq[k]);
+			if (r)
+				return r;
+			next += chunk_len[k];
+		}
+	}
+	return VG_SUCCESS;
+}
+
+vgResult vgMemcpyDtoD(vgContext ctx, vgDevicePtr dst, vgDevicePtr src, size_t bytes)
+{
+	CHECK_CTX(ctx);
+	if (!bytes)
+		return VG_SUCCESS;
+	if (!find_dev(ctx, dst, bytes) || !find_dev(ctx, src, bytes))
+		return VG_ERROR_INVALID_HANDLE;
+	return gpu_copy(ctx, src, dst, bytes);
+}
+
+/* ---- launches ---- */
+
+vgResult vgLaunch(vgContext ctx, unsigned int kernel, const unsigned int grid[3], const void *params,
+		  size_t param_bytes, const vgBuffer *buffers, unsigned int nbuffers)
+{
+	uint32_t cfg[7], launch = 0, nb = nbuffers;
+	unsigned int slot, i;
+	uint64_t pva;
+	struct pb p;
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (param_bytes > VG_COMPUTE_MAX_PARAMS || (param_bytes && !params) || nbuffers > VG_COMPUTE_MAX_BUFFERS ||
+	    (nbuffers && !buffers))
+		return VG_ERROR_INVALID_VALUE;
+	for (i = 0; i < nbuffers; i++) {
+		if (!buffers[i].bytes || buffers[i].bytes > 0xffffffffu)
+			return VG_ERROR_INVALID_VALUE;
+	}
+	/* parameter slot: wait until its previous launch is done, then write it through BAR1 */
+	slot = ctx->param_next;
+	ctx->param_next = (slot + 1) % PARAM_SLOTS;
+	r = wait_seq(ctx, ctx->param_seq[slot]);
+	if (r)
+		return r;
+	pva = ctx->params->va + (uint64_t)slot * PARAM_SLOT_SIZE;
+	if (param_bytes)
+		memcpy((uint8_t *)ctx->params->cpu + (size_t)slot * PARAM_SLOT_SIZE, params, param_bytes);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+
+	cfg[0] = kernel;
+	cfg[1] = grid ? grid[0] : 1;
+	cfg[2] = grid ? grid[1] : 1;
+	cfg[3] = grid ? grid[2] : 1;
+	cfg[4] = (uint32_t)(pva >> 32) & 0xff;
+	cfg[5] = (uint32_t)pva;
+	cfg[6] = (uint32_t)param_bytes;
+	p.n = 0;
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_KERNEL_ID, 7, cfg);
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER_COUNT, 1, &nb);
+	if (nbuffers) {
+		uint32_t b[4 * VG_COMPUTE_MAX_BUFFERS];
+
+		for (i = 0; i < nbuffers; i++) {
+			b[4 * i] = (uint32_t)(buffers[i].ptr >> 32) & 0xff;
+			b[4 * i + 1] = (uint32_t)buffers[i].ptr;
+			b[4 * i + 2] = (uint32_t)buffers[i].bytes;
+			b[4 * i + 3] = 0;
+		}
+		pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4 * nbuffers, b);
+	}
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1, &launch);
+	return submit(ctx, &p, &ctx->param_seq[slot]);
+}
+
+vgResult vgSynchronize(vgContext ctx)
+{
+	CHECK_CTX(ctx);
+	return wait_seq(ctx, ctx->last_seq);
+}
