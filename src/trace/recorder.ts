@@ -89,6 +89,7 @@ export class Tracer {
   private head = 0; // records ever inserted
   private tail = 0; // records ever drained
   private droppedPending = 0;
+  private droppedTotal = 0;
 
   private readonly t0: number; // performance.now() of t = 0
   private lastNs = 0; // time of the last record written (ns since t0)
@@ -96,7 +97,7 @@ export class Tracer {
   private readonly vmIds = new Map<string, number>();
   private flushScheduled = false;
   private readonly timer: NodeJS.Timeout | null;
-  private readonly st: TracerStats = { recorded: 0, dropped: 0, written: 0, batches: 0, bytes: 0 };
+  private readonly st = { written: 0, batches: 0, bytes: 0 };
 
   constructor(o: TracerOptions) {
     const capacity = o.capacity ?? 1 << 16;
@@ -137,8 +138,8 @@ export class Tracer {
     logger.info({ path: o.path, capacity, batchSize: this.batchSize }, 'trace: recording');
   }
 
-  get stats(): Readonly<TracerStats> {
-    return this.st;
+  get stats(): TracerStats {
+    return { recorded: this.head, dropped: this.droppedTotal, ...this.st };
   }
 
   /** Records in the ring, not yet written. */
@@ -237,7 +238,7 @@ export class Tracer {
     const h = this.head;
     if (h - this.tail >= this.capacity) {
       this.droppedPending++;
-      this.st.dropped++;
+      this.droppedTotal++;
       return -1;
     }
     const i = h & this.mask;
@@ -245,7 +246,6 @@ export class Tracer {
     this.vmCol[i] = vm;
     this.t[i] = performance.now();
     this.head = h + 1;
-    this.st.recorded++;
     if (h + 1 - this.tail === this.batchSize && !this.flushScheduled) {
       this.flushScheduled = true;
       setImmediate(() => {
@@ -276,7 +276,7 @@ export class Tracer {
     if (this.fd >= 0) {
       fs.closeSync(this.fd);
       this.fd = -1;
-      logger.info({ path: this.path, ...this.st }, 'trace: closed');
+      logger.info({ path: this.path, ...this.stats }, 'trace: closed');
     }
   }
 
