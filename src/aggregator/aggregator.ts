@@ -4,11 +4,14 @@
 // engine event routing and the scheduler — and hands each VM a Vgpu that mediates its BAR0.
 //
 // Scheduling: a guest doorbell is queued on its VM (vgpu.ts) and announced to the policy
-// (scheduler/); the dispatcher picks a VM whenever the device is idle and this file writes the
-// physical doorbell. The submission completes with the engine's channel-idle event for that
-// channel (its device ns are charged to the VM), or earlier when the channel cannot make
-// progress (error, blocked on a semaphore acquire, not runnable). A timer with back-off only
-// re-checks a long-running submission; nothing busy-polls.
+// (scheduler/); the dispatcher picks a VM whenever the device is idle and this file lets that
+// channel run: physically, channels are enabled only while their submission is dispatched, so
+// nothing reaches the engine behind the scheduler's back (a merged-runlist resubmit makes the
+// engine re-read every listed channel's GP_PUT). The submission completes with the engine's
+// channel-idle event for that channel (its device ns are charged to the VM), or earlier when
+// the channel cannot make progress (error, not runnable, or blocked on a semaphore acquire —
+// such a channel stays enabled so that it continues when the semaphore is released). A timer
+// with back-off only re-checks a long-running submission; nothing busy-polls.
 import { logger, type Logger } from '../log.ts';
 import type { Engine } from '../gpu/engine.ts';
 import type { FaultRecord } from '../gpu/mmu.ts';
@@ -83,6 +86,8 @@ export class Aggregator implements VgpuHost {
   private runlistFlip = 0;
   private lastRunlist = '';
   private readonly onRunlist: Uint8Array;
+  /** Physical STATE.ENABLE as this file set it (the dispatcher's gate). */
+  private readonly open: Uint8Array;
   private running: Submission | null = null;
   private readonly stallCheckMs: number;
   private readonly quarantineMs: number;
@@ -108,6 +113,8 @@ export class Aggregator implements VgpuHost {
     this.owner = new Array<Vgpu | null>(this.channels).fill(null);
     this.ownerVchid = new Int16Array(this.channels).fill(-1);
     this.onRunlist = new Uint8Array(this.channels);
+    this.open = new Uint8Array(this.channels);
+    for (let c = 0; c < this.channels; c++) engine.mmioWrite(PFIFO_CHAN_STATE + 8 * c, 4, 0);
     // Fixed host structures: one shadow instance block per physical channel, two runlist pages.
     this.shadowInst = [];
     for (let c = 0; c < this.channels; c++) this.shadowInst.push(this.hostAlloc(INST_SIZE));
@@ -122,6 +129,7 @@ export class Aggregator implements VgpuHost {
         if (vm) vm.fence(this.ownerVchid[chid]!);
       },
       channelError: (chid, code) => {
+        this.open[chid] = 0; // the engine cleared ENABLE
         const vm = this.owner[chid];
         if (vm) vm.channelError(this.ownerVchid[chid]!, code);
         if (this.running && this.running.pchid === chid) this.finish(this.running, 0);
@@ -301,37 +309,54 @@ export class Aggregator implements VgpuHost {
     this.dispatcher.doorbell(vm.name);
   }
 
+  closeChannel(pchid: number): void {
+    if (!this.open[pchid]) return;
+    this.open[pchid] = 0;
+    this.engine.mmioWrite(PFIFO_CHAN_STATE + 8 * pchid, 4, 0);
+  }
+
   // ---- dispatch ----
 
   private submit(vmId: string): void {
     const vm = this.vms.get(vmId) ?? null;
-    const pchid = vm ? vm.takeSubmission() : -1;
+    const vchid = vm ? vm.takeSubmission() : -1;
+    const pchid = vm && vchid >= 0 ? vm.s.channels[vchid]!.pchid : -1;
     const sub: Submission = { vm, vmId, pchid, done: false, timer: null, checkMs: this.stallCheckMs };
     this.running = sub;
-    if (!vm || pchid < 0 || !this.runnable(pchid)) {
+    if (!vm || pchid < 0 || !vm.dispatchable(vchid) || !this.runnable(pchid)) {
+      if (vm && vchid >= 0) vm.notDispatched(vchid);
       this.finish(sub, 0);
       return;
     }
     vm.counters.dispatches++;
-    // The engine may run the whole submission (and report idle) inside this write.
-    this.engine.mmioWrite(DOORBELL, 4, pchid);
+    // Open the gate (ENABLE 0→1 makes the engine read GP_PUT) and ring: the engine may run the
+    // whole submission, and report idle, inside these writes.
+    if (!this.open[pchid]) {
+      this.open[pchid] = 1;
+      this.engine.mmioWrite(PFIFO_CHAN_STATE + 8 * pchid, 4, STATE_ENABLE);
+    }
+    if (!sub.done) this.engine.mmioWrite(DOORBELL, 4, pchid);
     if (!sub.done) this.check(sub);
   }
 
-  /** Physically able to fetch: enabled, no error, on the merged runlist, PFIFO on. */
+  /** Able to fetch once opened: no error, on the merged runlist, the engine's PFIFO on. */
   private runnable(pchid: number): boolean {
     if (!this.onRunlist[pchid]) return false;
     if ((this.engine.mmioRead(PMC_ENABLE, 4) & PMC_ENABLE_PFIFO) === 0) return false;
-    const st = this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * pchid, 4);
-    return (st & STATE_ENABLE) !== 0 && (st & STATE_ERROR) === 0;
+    return (this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * pchid, 4) & STATE_ERROR) === 0;
   }
 
   /** Finish a submission that cannot make progress now; else look again later. */
   private check(sub: Submission): void {
     if (sub.done) return;
     const st = this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * sub.pchid, 4);
-    if ((st & STATE_BUSY) === 0 || (st & STATE_ACQUIRE_WAIT) !== 0 || !this.runnable(sub.pchid) ||
-        this.owner[sub.pchid] !== sub.vm) {
+    if ((st & STATE_ACQUIRE_WAIT) !== 0 && this.owner[sub.pchid] === sub.vm) {
+      // Blocked on a semaphore: release the device but leave the channel enabled, so that it
+      // continues (outside the scheduler) when the semaphore is released.
+      this.finish(sub, 0, true);
+      return;
+    }
+    if ((st & STATE_BUSY) === 0 || (st & STATE_ENABLE) === 0 || !this.runnable(sub.pchid) || this.owner[sub.pchid] !== sub.vm) {
       this.finish(sub, 0);
       return;
     }
@@ -343,12 +368,13 @@ export class Aggregator implements VgpuHost {
     sub.checkMs = Math.min(sub.checkMs * 2, 100);
   }
 
-  private finish(sub: Submission, deviceNs: number): void {
+  private finish(sub: Submission, deviceNs: number, keepOpen = false): void {
     if (sub.done) return;
     sub.done = true;
     if (sub.timer) clearTimeout(sub.timer);
     sub.timer = null;
     if (this.running === sub) this.running = null;
+    if (!keepOpen && sub.pchid >= 0 && this.owner[sub.pchid] === sub.vm) this.closeChannel(sub.pchid);
     // Deferred: completions often arrive inside the engine's own processing, and the next
     // dispatch must not write a doorbell from within it.
     queueMicrotask(() => {
@@ -367,6 +393,8 @@ export class Aggregator implements VgpuHost {
     if (vm) vm.counters.deviceNs += busyNs;
     const sub = this.running;
     if (sub && sub.pchid === chid) this.finish(sub, busyNs);
+    // A channel left enabled while blocked on an acquire has finished: close it again.
+    else this.closeChannel(chid);
   }
 
   private onFault(f: FaultRecord): void {

@@ -55,6 +55,9 @@ export interface VgpuHost {
   runlistChanged(): void;
   /** vm queued one more submission: tell the scheduler. */
   announce(vm: Vgpu): void;
+  /** Stop a physical channel from fetching (clear its physical STATE.ENABLE). Channels are
+   * enabled physically only by the dispatcher, while their submission is on the device. */
+  closeChannel(pchid: number): void;
 }
 
 export interface VgpuConfig {
@@ -387,14 +390,14 @@ export class Vgpu {
     const sp = this.shadowInstance((value & CHAN_INST_MASK) * 4096, shadow);
     vc.space = sp ? sp.key : null;
     if (old !== null) this.releaseSpace(old);
+    this.host.closeChannel(vc.pchid);
     this.engine.mmioWrite(PFIFO_CHAN + 8 * vc.pchid, 4, (CHAN_VALID | shadow / 4096) >>> 0);
-    this.applyEnable(vc);
     if (vc.onRunlist) this.host.runlistChanged();
   }
 
   private unbind(vc: VChannel): void {
     if (vc.pchid >= 0) {
-      this.engine.mmioWrite(PFIFO_CHAN_STATE + 8 * vc.pchid, 4, 0);
+      this.host.closeChannel(vc.pchid);
       this.engine.mmioWrite(PFIFO_CHAN + 8 * vc.pchid, 4, 0);
       this.host.freeChid(vc.pchid);
       vc.pchid = -1;
@@ -470,10 +473,28 @@ export class Vgpu {
     if (sp) this.mmu.release(sp);
   }
 
-  /** Physical STATE.ENABLE = the guest's enable ∧ the VM's PMC_ENABLE.PFIFO. */
+  /** May the channel run when dispatched: bound, enabled by the guest, the VM's PFIFO on. */
+  dispatchable(vchid: number): boolean {
+    const vc = this.s.channels[vchid];
+    return vc !== undefined && vc.pchid >= 0 && vc.enable && this.s.pfifoEnabled;
+  }
+
+  /**
+   * The dispatcher found vchid not dispatchable. Doorbells to a channel that cannot run are
+   * remembered (hw-spec §3.4): held until the VM's PFIFO is enabled again. (A channel the guest
+   * disabled is queued again when re-enabled; an unbound one needs a new doorbell anyway.)
+   */
+  notDispatched(vchid: number): void {
+    const vc = this.s.channels[vchid];
+    if (!vc || vc.pchid < 0 || this.s.pfifoEnabled || vc.queued) return;
+    vc.queued = true;
+    this.s.queue.push(vchid);
+    this.s.held++;
+  }
+
+  /** The guest (or its PMC_ENABLE) stopped a channel: it must not fetch any more. */
   private applyEnable(vc: VChannel): void {
-    if (vc.pchid < 0) return;
-    this.engine.mmioWrite(PFIFO_CHAN_STATE + 8 * vc.pchid, 4, vc.enable && this.s.pfifoEnabled ? STATE_ENABLE : 0);
+    if (vc.pchid >= 0 && !(vc.enable && this.s.pfifoEnabled)) this.host.closeChannel(vc.pchid);
   }
 
   private setEnable(vchid: number, on: boolean): void {
@@ -577,14 +598,12 @@ export class Vgpu {
     else this.s.held++;
   }
 
-  /** The scheduler picked this VM: its head submission as a physical chid, or −1 if that
-   * channel went away meanwhile. */
+  /** The scheduler picked this VM: its head submission (a virtual chid), or −1. */
   takeSubmission(): number {
     const vchid = this.s.queue.shift();
     if (vchid === undefined) return -1;
-    const vc = this.s.channels[vchid]!;
-    vc.queued = false;
-    return vc.pchid;
+    this.s.channels[vchid]!.queued = false;
+    return vchid;
   }
 
   private setPfifoEnabled(on: boolean): void {
