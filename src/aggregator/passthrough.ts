@@ -39,7 +39,7 @@ export class PassthroughVgpu {
         engine.mmioWrite(off, size, value);
       },
     };
-    const traceVm = tracer ? tracer.vm(name, 'pt') : -1;
+    const traceVm = tracer ? tracer.vm(name) : -1;
     this.device = new PciDevice(
       gpuFunctionDeclaration({
         name,
@@ -47,6 +47,9 @@ export class PassthroughVgpu {
         bar1Size: engine.vramSize,
         bar1Backing: { fd: engine.vramFd, offset: 0 },
         callbacks: {
+          connected: () => {
+            if (tracer?.enabled) tracer.vmAttach(traceVm, name, 'pt');
+          },
           reset: (reason) => {
             logger.info({ vm: name, reason }, 'pt: device reset');
             engine.reset();

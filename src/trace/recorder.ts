@@ -65,6 +65,7 @@ const K_ATTACH = 9;
 const K_DETACH = 10;
 
 const U32_MAX = 0xffffffff;
+const perf = performance; // module binding: cheaper than the global lookup per record
 const TWO32 = 2 ** 32;
 
 export class Tracer {
@@ -82,7 +83,7 @@ export class Tracer {
   private readonly b: Uint32Array;
   private readonly c: Uint32Array;
   private readonly d: Uint32Array;
-  private readonly t: Float64Array; // performance.now() ms at insertion
+  private readonly t: Float64Array; // perf.now() ms at insertion
   private readonly x: Float64Array;
   private readonly aux: (string[] | undefined)[];
   private readonly mask: number;
@@ -91,7 +92,7 @@ export class Tracer {
   private droppedPending = 0;
   private droppedTotal = 0;
 
-  private readonly t0: number; // performance.now() of t = 0
+  private readonly t0: number; // perf.now() of t = 0
   private lastNs = 0; // time of the last record written (ns since t0)
   private fd: number;
   private readonly vmIds = new Map<string, number>();
@@ -121,11 +122,11 @@ export class Tracer {
 
     const vms: VmInfo[] = (o.vms ?? []).map((v, id) => ({ id, name: v.name, mode: v.mode }));
     for (const v of vms) this.vmIds.set(v.name, v.id);
-    this.t0 = performance.now();
+    this.t0 = perf.now();
     const header: TraceHeader = {
       format: TRACE_FORMAT,
       version: TRACE_VERSION,
-      startUnixMs: performance.timeOrigin + this.t0,
+      startUnixMs: perf.timeOrigin + this.t0,
       engine: o.engine,
       vms,
       registers: o.registers ?? [],
@@ -147,22 +148,21 @@ export class Tracer {
     return this.head - this.tail;
   }
 
-  /** The id records of VM `name` carry (a VmAttach record is written each call). */
-  vm(name: string, mode: string): number {
+  /** The id records of VM `name` carry: its index in `vms`, or the next free one. Records
+   * nothing (vmAttach does). */
+  vm(name: string): number {
     let id = this.vmIds.get(name);
     if (id === undefined) {
       id = this.vmIds.size;
       if (id > 0xffff) throw new Error('trace: more than 65536 VMs');
       this.vmIds.set(name, id);
     }
-    const i = this.slot(K_ATTACH, id);
-    if (i >= 0) this.aux[i] = [name, mode];
     return id;
   }
 
   // ---- hot path ----
 
-  /** A trapped access that started at `start` (performance.now()) and just completed. */
+  /** A trapped access that started at `start` (perf.now()) and just completed. */
   mmio(start: number, vm: number, region: number, offset: number, size: number, write: boolean, value: number | bigint): void {
     const i = this.slot(write ? K_MMIO_WRITE : K_MMIO_READ, vm);
     if (i < 0) return;
@@ -227,6 +227,12 @@ export class Tracer {
     this.b[i] = code;
   }
 
+  /** A client attached to VM `vm` (its name and mode go into the record). */
+  vmAttach(vm: number, name: string, mode: string): void {
+    const i = this.slot(K_ATTACH, vm);
+    if (i >= 0) this.aux[i] = [name, mode];
+  }
+
   vmDetach(vm: number, reason: string): void {
     const i = this.slot(K_DETACH, vm);
     if (i >= 0) this.aux[i] = [reason];
@@ -244,7 +250,7 @@ export class Tracer {
     const i = h & this.mask;
     this.kind[i] = kind;
     this.vmCol[i] = vm;
-    this.t[i] = performance.now();
+    this.t[i] = perf.now();
     this.head = h + 1;
     if (h + 1 - this.tail === this.batchSize && !this.flushScheduled) {
       this.flushScheduled = true;

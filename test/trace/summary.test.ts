@@ -38,7 +38,8 @@ describe('trace summary', () => {
     const file = path.join(dir, 's.trace');
     const names = registerNames({ infos: [{ addr: PMC_BOOT_0, name: 'PMC_BOOT_0' }, { addr: DOORBELL, name: 'DOORBELL' }] });
     const t = new Tracer({ path: file, flushMs: 0, batchSize: 64, vms: [{ name: 'g0', mode: 'fv' }], registers: names });
-    const g1 = t.vm('g1', 'pv');
+    const g1 = t.vm('g1');
+    t.vmAttach(g1, 'g1', 'pv');
     const regs = new Map<number, number>();
     const bar0 = { read: (o: number) => regs.get(o) ?? 0, write: (o: number, _s: number, v: number | bigint) => void regs.set(o, Number(v)) };
     const h0 = traceRegion(bar0, t, 0, 0);

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { RegionHandler } from '../../src/device-model/declaration.ts';
 import { traceRegion } from '../../src/trace/hook.ts';
 import { TraceReader, readTrace, type FlatRecord } from '../../src/trace/reader.ts';
@@ -56,9 +56,12 @@ const strip = (r: FlatRecord): TraceEvents & { vm: number; type: string } => {
 describe('trace recorder', () => {
   it('round trip: accesses of every size and every event type come back identical, in order', () => {
     const t = tracer({ vms: [{ name: 'a', mode: 'fv' }], engine: { vramBytes: 2 ** 33, channels: 64, watchdogMs: 10_000, policy: 'band' } });
-    const b = t.vm('b', 'pv');
+    const b = t.vm('b');
     expect(b).toBe(1);
-    expect(t.vm('a', 'fv')).toBe(0); // known up front: same id, another attach record
+    expect(t.vm('a')).toBe(0); // known up front
+    expect(t.vm('b')).toBe(1);
+    t.vmAttach(b, 'b', 'pv');
+    t.vmAttach(0, 'a', 'fv');
     const h = traceRegion(regFile(), t, b, 0);
     const expected: (TraceEvents & { vm: number; type: string })[] = [
       { vm: 1, type: 'vmAttach', vmAttach: { name: 'b', mode: 'pv' } },
@@ -165,6 +168,29 @@ describe('trace recorder', () => {
     rd.close();
     expect(sizes).toEqual([4, 4, 4, 1]);
     expect(readTrace(t.path).records.map((x) => x.doorbell!.chid)).toEqual([...Array(13).keys()]);
+  });
+
+  it('a gap longer than a uint32 of ns starts a new batch with its own base time', () => {
+    // The clock is stepped by hand here (a 5 s idle gap without waiting 5 s).
+    let now = 1000;
+    const spy = vi.spyOn(performance, 'now').mockImplementation(() => now);
+    try {
+      const t = tracer();
+      now += 0.000_25;
+      t.doorbell(0, 1);
+      now += 5000;
+      t.doorbell(0, 2);
+      now += 1;
+      t.doorbell(0, 3);
+      t.close();
+    } finally {
+      spy.mockRestore();
+    }
+    const r = readTrace(path.join(dir, 't0.trace'));
+    expect(r.records.map((x) => x.tNs)).toEqual([250, 5e9 + 250, 5e9 + 1e6 + 250]);
+    const rd = new TraceReader(path.join(dir, 't0.trace'));
+    expect([...rd.batches()].map((b) => [b.baseNs, b.records.length])).toEqual([[250, 1], [5e9 + 250, 2]]);
+    rd.close();
   });
 
   it('the flush timer writes a partial batch', async () => {
