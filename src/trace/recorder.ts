@@ -20,7 +20,7 @@ import {
 export interface TracerOptions {
   /** Trace file (created or truncated). */
   path: string;
-  /** Ring slots, a power of two (default 65536: ~2.3 MiB of columns). */
+  /** Ring slots, a power of two (default 65536: ~2.9 MiB of columns). */
   capacity?: number;
   /** Records per TraceBatch, and the backlog that triggers a flush (default 4096). */
   batchSize?: number;
