@@ -36,6 +36,8 @@ export interface Reply {
   fds: number[]; // the caller owns them
 }
 
+const ignore = (): void => {};
+
 export class VfioUserError extends Error {
   readonly errno: number;
   readonly command: number;
@@ -87,7 +89,7 @@ export class VfioUserClient {
       onMessage: (m) => this.onMessage(m),
       onClose: (reason) => {
         this.closeReason = reason;
-        const err = new Error(`vfio-user connection closed: ${reason.message}`);
+        const err = this.closedError();
         for (const p of this.pending.values()) p.reject(err);
         this.pending.clear();
         done(reason);
@@ -126,7 +128,8 @@ export class VfioUserClient {
   }
 
   /** Send a command; resolves with the reply (error replies included, see `check`). With
-   * noReply the promise resolves immediately with a synthetic empty reply. */
+   * noReply the promise resolves immediately with a synthetic empty reply. Never throws: a
+   * connection that is (or goes) down rejects the promise. */
   request(command: number, payload?: Uint8Array, opts: RequestOptions = {}): Promise<Reply> {
     const msgId = this.allocId();
     const len = HEADER_SIZE + (payload?.length ?? 0);
@@ -138,23 +141,32 @@ export class VfioUserClient {
     dv.setUint32(8, opts.noReply ? MsgFlag.NO_REPLY : 0, true);
     if (payload) buf.set(payload, HEADER_SIZE);
     if (opts.noReply) {
-      this.sendRaw(buf, opts.fds);
+      if (!this.transport.send(buf, opts.fds)) return Promise.reject(this.closedError());
       return Promise.resolve({ msgId, command, flags: 0, error: 0, payload: new Uint8Array(0), fds: [] });
     }
     const p = this.expectReply(msgId, command);
-    this.sendRaw(buf, opts.fds);
+    // A failed send closes the transport, whose onClose rejects `p` (already pending).
+    this.transport.send(buf, opts.fds);
     return p;
   }
 
-  /** Send arbitrary bytes (possibly malformed, possibly several messages or a fragment). */
+  /** Send arbitrary bytes (possibly malformed, possibly several messages or a fragment).
+   * Throws if the connection is down (replies awaited with expectReply reject then too). */
   sendRaw(bytes: Uint8Array, fds?: number[]): void {
-    if (!this.transport.send(bytes, fds)) throw new Error('send failed: connection closed');
+    if (!this.transport.send(bytes, fds)) throw this.closedError();
   }
 
-  /** Wait for the reply with this msg id (for messages sent with sendRaw). */
+  /** Wait for the reply with this msg id (for messages sent with sendRaw). Rejects when the
+   * connection goes away first; a rejection nobody awaits is not reported as unhandled. */
   expectReply(msgId: number, command = -1): Promise<Reply> {
-    if (this.closeReason) return Promise.reject(new Error(`vfio-user connection closed: ${this.closeReason.message}`));
-    return new Promise((resolve, reject) => this.pending.set(msgId, { command, resolve, reject }));
+    if (this.closeReason) return Promise.reject(this.closedError());
+    const p = new Promise<Reply>((resolve, reject) => this.pending.set(msgId, { command, resolve, reject }));
+    p.catch(ignore); // the caller sees the rejection through `p`; this only marks it handled
+    return p;
+  }
+
+  private closedError(): Error {
+    return new Error(`vfio-user connection closed: ${this.closeReason?.message ?? 'connection is down'}`);
   }
 
   /** Throw VfioUserError if the reply carries the ERROR flag. */
@@ -326,7 +338,7 @@ export class VfioUserClient {
     dv.setUint32(HEADER_SIZE + 8, region, true);
     dv.setUint32(HEADER_SIZE + 12, count, true);
     const p = this.expectReply(msgId, Command.REGION_READ);
-    this.sendRaw(this.rdReq);
+    this.transport.send(this.rdReq); // failure rejects p
     return VfioUserClient.check(await p);
   }
 }

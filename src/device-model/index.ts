@@ -17,7 +17,7 @@
 //   device.irq.msix(0);                              // fire MSI-X vector 0
 //   device.dma.translate(gpa, len, true);            // guest memory → fd extents
 
-export { Server, Listener, type ServerOptions } from './server.ts';
+export { Server, Listener, type ServerOptions, type ClientGone } from './server.ts';
 export { PciDevice, DeclarationError, validateDeclaration, type RegionInfo } from './device.ts';
 export type {
   BarKind,

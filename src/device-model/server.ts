@@ -2,7 +2,7 @@
 // device (one per VM). Each accepted connection becomes an Endpoint bound to that socket's
 // device. One client at a time per device: a second connection is refused (closed) while the
 // first is alive. When a client goes away the device loses its maps and IRQ fds, is reset, and
-// the socket accepts the next client.
+// the socket accepts the next client; `Listener.idle()` / `onClientGone()` tell when that is.
 
 import { rmSync } from 'node:fs';
 import { native, EAGAIN } from '../native.ts';
@@ -10,11 +10,18 @@ import { logger } from '../log.ts';
 import { PciDevice } from './device.ts';
 import type { DeviceDeclaration } from './declaration.ts';
 import { Endpoint, maxMessageSize } from './endpoint.ts';
-import { SocketTransport } from './transport.ts';
+import { SocketTransport, type CloseReason } from './transport.ts';
 import { DEFAULT_SERVER_CAPS, type ServerCapabilities } from './version.ts';
 
 export interface ServerOptions {
   caps?: ServerCapabilities;
+}
+
+/** What `onClientGone` hooks receive. */
+export interface ClientGone {
+  /** Connection name (`<path>#<n>`). */
+  connection: string;
+  reason: CloseReason;
 }
 
 export class Listener {
@@ -26,6 +33,8 @@ export class Listener {
   private current: Endpoint | null = null;
   private connections = 0;
   private closed = false;
+  private readonly goneHooks: ((gone: ClientGone) => void)[] = [];
+  private idleWaiters: (() => void)[] = [];
 
   constructor(server: Server, path: string, device: PciDevice) {
     this.server = server;
@@ -46,6 +55,26 @@ export class Listener {
   /** Number of connections accepted so far. */
   get accepted(): number {
     return this.connections;
+  }
+
+  /**
+   * Resolves once no client is connected: at once if none is, else when the current client's
+   * connection is gone and its state released (DMA maps, IRQ fds, device reset), so the socket
+   * accepts the next client. For tools that reconnect right after a client (QEMU) exits.
+   */
+  idle(): Promise<void> {
+    if (this.current === null) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Call `hook` each time a client's connection is gone (after its state was released).
+   * Returns a function that removes the hook. Hook errors are logged, never thrown. */
+  onClientGone(hook: (gone: ClientGone) => void): () => void {
+    this.goneHooks.push(hook);
+    return () => {
+      const i = this.goneHooks.indexOf(hook);
+      if (i >= 0) this.goneHooks.splice(i, 1);
+    };
   }
 
   /** Stop listening and drop the client (if any). */
@@ -87,14 +116,27 @@ export class Listener {
       const transport = new SocketTransport(fd, { name, maxMessageSize: maxMessageSize(this.server.caps) });
       const ep = new Endpoint(this.device, transport, {
         caps: this.server.caps,
-        onClose: () => {
-          if (this.current === ep) this.current = null;
-        },
+        onClose: (reason) => this.clientGone(ep, name, reason),
       });
       this.current = ep;
       logger.info({ device: this.device.name, connection: name }, 'client connected');
       ep.start();
     }
+  }
+
+  private clientGone(ep: Endpoint, connection: string, reason: CloseReason): void {
+    if (this.current !== ep) return;
+    this.current = null;
+    for (const hook of this.goneHooks.slice()) {
+      try {
+        hook({ connection, reason });
+      } catch (err) {
+        logger.error({ err, device: this.device.name, connection }, 'onClientGone hook threw');
+      }
+    }
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
   }
 }
 

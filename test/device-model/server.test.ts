@@ -151,6 +151,102 @@ describe('vfio-user server', () => {
   });
 });
 
+/** Block the JS thread (the event loop cannot notice anything meanwhile). */
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+describe('client and listener lifecycle', () => {
+  it('a client dropped by the server during version() rejects cleanly; no rejection goes unhandled', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown): void => {
+      unhandled.push(reason);
+    };
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const sock = path.join(dir, 'drop.sock');
+      await spawnFixture('server-child.ts', sock, 'listening');
+      const c1 = VfioUserClient.connect(sock);
+      await c1.version();
+      // The busy server (another process) accepts and closes c2 while this thread is blocked, so
+      // c2's VERSION goes to a closed peer: sendmsg fails with EPIPE before any EOF is seen.
+      const c2 = VfioUserClient.connect(sock);
+      sleepSync(300);
+      await expect(c2.version()).rejects.toThrow(/vfio-user connection closed/);
+      await expect(c2.getInfo()).rejects.toThrow(/vfio-user connection closed/);
+      await expect(c2.request(4, new Uint8Array(16), { noReply: true })).rejects.toThrow(/connection closed/);
+      // Pipelined requests: every one of them rejects (the first send fails, the rest find the
+      // connection down), and the client's internal promises stay handled.
+      const c3 = VfioUserClient.connect(sock);
+      sleepSync(300);
+      const all = await Promise.allSettled([c3.read32(0, 0), c3.read32(0, 4), c3.getInfo(), c3.reset()]);
+      expect(all.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
+      await new Promise((r) => setTimeout(r, 50)); // unhandled rejections are reported after a tick
+      expect(unhandled).toEqual([]);
+      expect(await c1.read32(0, 0)).toBe(0);
+      c1.close();
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('Listener.idle() resolves once the client is gone and its state released; onClientGone reports it', async () => {
+    const t = makeTestDevice();
+    const sock = path.join(dir, 'idle.sock');
+    const l = server.listen(sock, t.device);
+    await l.idle(); // nobody connected: at once
+    const gone: string[] = [];
+    const off = l.onClientGone((g) => gone.push(`${g.connection}:${g.reason.kind}:${t.device.dma.count}`));
+    const c = VfioUserClient.connect(sock);
+    await c.version();
+    await c.dmaMap({ addr: 0, size: 4096 });
+    let idle = false;
+    const p = l.idle().then(() => (idle = true));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(idle).toBe(false);
+    c.close();
+    await p;
+    expect(l.endpoint).toBeNull();
+    expect(gone).toEqual([`${sock}#1:eof:0`]); // maps already released when the hook runs
+    // The next client is accepted right away.
+    const c2 = VfioUserClient.connect(sock);
+    await c2.version();
+    off();
+    c2.close();
+    await l.idle();
+    expect(gone).toHaveLength(1);
+  });
+
+  it('a throwing onClientGone hook is logged and does not stop the others or idle()', async () => {
+    const t = makeTestDevice();
+    const sock = path.join(dir, 'hook.sock');
+    const l = server.listen(sock, t.device);
+    let second = 0;
+    l.onClientGone(() => {
+      throw new Error('hook bug');
+    });
+    l.onClientGone(() => second++);
+    const c = VfioUserClient.connect(sock);
+    await c.version();
+    const idle = l.idle();
+    c.close();
+    await idle;
+    expect(second).toBe(1);
+  });
+
+  it('server.close() resolves idle() of a connected listener', async () => {
+    const t = makeTestDevice();
+    const sock = path.join(dir, 'shut.sock');
+    const l = server.listen(sock, t.device);
+    const c = VfioUserClient.connect(sock);
+    await c.version();
+    const idle = l.idle();
+    server.close();
+    await idle;
+    await c.closed;
+  });
+});
+
 describe('round trip', () => {
   it('REGION_READ of a trivial register: client and server in separate processes', async () => {
     const sock = path.join(dir, 'rtt.sock');
