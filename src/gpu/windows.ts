@@ -45,10 +45,11 @@ export class WindowCache {
       this.misses++;
       ent = { win: native.mapWindow(extents, readonly), users: 0, lastUse: 0 };
       this.entries.set(key, ent);
-      this.evict();
     }
     ent.users++;
     ent.lastUse = ++this.clock;
+    // Only after users++: a full cache must not evict (unmap) the window being handed out.
+    this.evict();
     const e = ent;
     let released = false;
     return {
