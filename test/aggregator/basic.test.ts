@@ -98,4 +98,19 @@ describe('aggregator basics', () => {
       }
     });
   }
+
+  it('more distinct VRAM windows than the engine caches (a full suite per VM): every launch is served', async () => {
+    // Regression: a full window cache used to evict the window it was handing out.
+    h = host();
+    const a = guest(h.agg, { name: 'a', mode: 'pv-batch', slice: 64 << 20 });
+    const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 64 << 20 });
+    guests.push(a, b);
+    for (let i = 0; i < 40; i++) {
+      const g = i % 2 ? a : b;
+      const dst = g.vram(16384 + 4096 * i);
+      await g.ch.launch(K.MEMSET, [buf({ va: dst.va, bytes: dst.bytes })], params(['u32', 0xa5a50000 + i], ['u32', 0], ['u64', BigInt(dst.bytes / 4)]));
+      if (!dst.u32.every((v) => v === 0xa5a50000 + i)) expect.fail(`MEMSET ${i}`);
+    }
+  });
 });
+
