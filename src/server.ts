@@ -91,6 +91,7 @@ export class Vugpu {
   close(): void {
     this.server.close();
     this.aggregator?.close();
+    this.engine.close();
     this.tracer?.close();
     this.metricsServer?.then((m) => m.close(), () => {});
     logger.info('vugpu stopped');
