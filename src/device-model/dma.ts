@@ -5,12 +5,16 @@
 //   the new fd is closed; any other overlap is EINVAL (the spec says EEXIST; libvfio-user and
 //   therefore every client in practice expects EINVAL);
 // - unmap must match an earlier map exactly, else ENOENT; UNMAP_ALL drops everything;
-// - too many maps or an oversized map is ENOSPC.
+// - too many maps, too many bytes, too many distinct files, or an oversized map is ENOSPC.
 // fd-backed maps are mmapped (MAP_SHARED) when accepted, which also validates the fd; QEMU
 // maps all guest RAM (512 MiB+) with one fd, which is just address space. fd-less maps are
 // recorded but cannot be translated (message DMA is broken in QEMU's client, see notes).
+// Only regular files are accepted (memfd, tmpfs, hugetlbfs): the copy engine needs them, and a
+// character device such as /dev/zero would be memory the server, not the client, pays for.
+// Maps of the same file share one fd (libvfio-user's fd_cache): QEMU sends the RAM memfd with
+// each of its ~70 maps, and a hostile client must not make us hold thousands of fds.
 
-import { fstatSync } from 'node:fs';
+import { fstatSync, readFileSync } from 'node:fs';
 import { native, type Extent } from '../native.ts';
 import { Errno } from './protocol.ts';
 
@@ -57,26 +61,67 @@ export interface DmaFault {
 export type TranslateResult = { ok: true; extents: Extent[] } | { ok: false; fault: DmaFault };
 export type ViewResult = { ok: true; bytes: Uint8Array } | { ok: false; fault: DmaFault };
 
-export interface DmaTableOptions {
-  maxMaps?: number;
+/** Per-client bounds (see limits.ts); exceeding one is ENOSPC. */
+export interface DmaLimits {
+  maxMaps: number;
+  maxBytes: number;
+  maxFiles: number;
+}
+
+export const DEFAULT_DMA_LIMITS: DmaLimits = { maxMaps: 4096, maxBytes: 2 ** 40, maxFiles: 64 };
+
+export interface DmaTableOptions extends Partial<DmaLimits> {
   onMapped?: (m: DmaMappingInfo) => void;
   onUnmapped?: (m: DmaMappingInfo) => void;
 }
 
+/** One open file behind one or more maps (keyed by device, inode and access mode). */
+interface FileRef {
+  key: string;
+  fd: number;
+  refs: number;
+}
+
 export class DmaTable {
   private readonly maps: Mapping[] = []; // sorted by addr, non-overlapping
-  readonly maxMaps: number;
+  private readonly files = new Map<string, FileRef>();
+  private readonly fileOf = new Map<number, FileRef>(); // by fd
+  private limits: DmaLimits;
+  private bytes = 0;
   private readonly onMapped?: (m: DmaMappingInfo) => void;
   private readonly onUnmapped?: (m: DmaMappingInfo) => void;
 
   constructor(opts: DmaTableOptions = {}) {
-    this.maxMaps = opts.maxMaps ?? 65535;
+    this.limits = {
+      maxMaps: opts.maxMaps ?? DEFAULT_DMA_LIMITS.maxMaps,
+      maxBytes: opts.maxBytes ?? DEFAULT_DMA_LIMITS.maxBytes,
+      maxFiles: opts.maxFiles ?? DEFAULT_DMA_LIMITS.maxFiles,
+    };
     this.onMapped = opts.onMapped;
     this.onUnmapped = opts.onUnmapped;
   }
 
   get count(): number {
     return this.maps.length;
+  }
+
+  get maxMaps(): number {
+    return this.limits.maxMaps;
+  }
+
+  /** Total bytes mapped (fd-backed or not). */
+  get mappedBytes(): number {
+    return this.bytes;
+  }
+
+  /** Distinct files (open fds) behind the maps. */
+  get fileCount(): number {
+    return this.files.size;
+  }
+
+  /** Change the bounds for maps added from now on (the endpoint applies its client limits). */
+  setLimits(l: Partial<DmaLimits>): void {
+    this.limits = { ...this.limits, ...l };
   }
 
   /**
@@ -101,19 +146,33 @@ export class DmaTable {
       return 0;
     }
     if ((prev && prev.addr + prev.size > addr) || (next && next.addr < addr + size)) return Errno.EINVAL;
-    if (this.maps.length >= this.maxMaps) return Errno.ENOSPC;
+    if (this.maps.length >= this.limits.maxMaps) return Errno.ENOSPC;
+    if (this.bytes + size > this.limits.maxBytes) return Errno.ENOSPC;
 
     let ab: ArrayBuffer | null = null;
     let delta = 0;
+    let file: FileRef | null = null;
     if (req.fd >= 0) {
+      const key = fileKey(req.fd);
+      if (key === null) return Errno.EINVAL; // not a regular file
+      file = this.files.get(key) ?? null;
+      if (file === null && this.files.size >= this.limits.maxFiles) return Errno.ENOSPC;
       const base = offset - (offset % PAGE);
       delta = offset - base;
       const length = Math.ceil((delta + size) / PAGE) * PAGE;
       try {
-        ab = native.mmap(req.fd, length, base, !req.writable);
+        ab = native.mmap(file?.fd ?? req.fd, length, base, !req.writable);
       } catch {
-        return Errno.EINVAL; // not mappable (wrong fd type, beyond EOF permissions, ...)
+        return Errno.EINVAL; // not mappable (beyond EOF, permissions, ...)
       }
+      if (file === null) {
+        file = { key, fd: req.fd, refs: 0 };
+        this.files.set(key, file);
+        this.fileOf.set(req.fd, file);
+      } else {
+        native.close(req.fd); // the file is already open: keep one fd per file
+      }
+      file.refs++;
     }
     const m: Mapping = {
       addr,
@@ -121,12 +180,13 @@ export class DmaTable {
       offset,
       readable: req.readable,
       writable: req.writable,
-      hasFd: req.fd >= 0,
-      fd: req.fd,
+      hasFd: file !== null,
+      fd: file?.fd ?? -1,
       ab,
       delta,
     };
     this.maps.splice(i, 0, m);
+    this.bytes += size;
     this.onMapped?.(info(m));
     return 0;
   }
@@ -226,9 +286,13 @@ export class DmaTable {
   private release(m: Mapping): void {
     this.onUnmapped?.(info(m));
     if (m.ab) native.munmap(m.ab);
-    if (m.fd >= 0) {
-      native.forgetFd(m.fd); // the copy engine may cache a mapping of this file
-      native.close(m.fd);
+    this.bytes -= m.size;
+    const file = m.fd >= 0 ? this.fileOf.get(m.fd) : undefined;
+    if (file !== undefined && --file.refs === 0) {
+      this.files.delete(file.key);
+      this.fileOf.delete(file.fd);
+      native.forgetFd(file.fd); // the copy engine may cache a mapping of this file
+      native.close(file.fd);
     }
     m.ab = null;
   }
@@ -274,6 +338,29 @@ function fail(kind: DmaFaultKind, address: number, message: string): { ok: false
 
 function hex(n: number): string {
   return `0x${n.toString(16)}`;
+}
+
+const O_ACCMODE = 3;
+
+/** Identity of a regular file as opened by fd (device, inode, access mode), or null if fd is
+ * not a regular file. The access mode is part of it because a read-only fd cannot back a
+ * writable map of the same file. */
+function fileKey(fd: number): string | null {
+  let st;
+  try {
+    st = fstatSync(fd, { bigint: true });
+  } catch {
+    return null;
+  }
+  if (!st.isFile()) return null;
+  let mode = 'rw';
+  try {
+    const m = /^flags:\s*([0-7]+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'latin1'));
+    if (m) mode = String(Number.parseInt(m[1]!, 8) & O_ACCMODE);
+  } catch {
+    return `fd:${fd}`; // no /proc: do not share fds
+  }
+  return `${st.dev}:${st.ino}:${mode}`;
 }
 
 /** Same underlying file (libvfio-user fd_cache_is_same_file), or both absent. */

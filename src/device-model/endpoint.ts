@@ -29,11 +29,14 @@ import {
   getU64,
   setU64,
 } from './protocol.ts';
+import { DEFAULT_LIMITS, LogBudget, type ServerLimits } from './limits.ts';
 import type { CloseReason, Transport } from './transport.ts';
 import { DEFAULT_SERVER_CAPS, buildVersionReply, parseClientVersion, type ClientCapabilities, type ServerCapabilities } from './version.ts';
 
 export interface EndpointOptions {
   caps?: ServerCapabilities;
+  /** Per-client resource limits (defaults: DEFAULT_LIMITS). */
+  limits?: Partial<ServerLimits>;
   onClose?: (reason: CloseReason) => void;
 }
 
@@ -55,6 +58,7 @@ export class Endpoint {
   readonly device: PciDevice;
   readonly transport: Transport;
   readonly caps: ServerCapabilities;
+  readonly limits: ServerLimits;
   client: ClientCapabilities | null = null;
   readonly stats: EndpointStats = { messages: 0, errors: 0, unexpectedFds: 0 };
   private readonly handlers: (Handler | undefined)[] = [];
@@ -66,11 +70,14 @@ export class Endpoint {
   private replyLen = 0; // payload bytes at out[16..]
   private replyFds: number[] | undefined;
   private errReason = '';
+  private readonly logBudget: LogBudget;
 
   constructor(device: PciDevice, transport: Transport, opts: EndpointOptions = {}) {
     this.device = device;
     this.transport = transport;
     this.caps = opts.caps ?? DEFAULT_SERVER_CAPS;
+    this.limits = { ...DEFAULT_LIMITS, ...opts.limits };
+    this.logBudget = new LogBudget(this.limits.logBurst, this.limits.logPerSecond);
     this.onCloseCb = opts.onClose;
     const h = this.handlers;
     h[Command.VERSION] = (m) => this.version(m);
@@ -93,6 +100,8 @@ export class Endpoint {
   }
 
   start(): void {
+    // The DMA table belongs to the device, the limits to this client (one client at a time).
+    this.device.dma.setLimits({ maxMaps: this.caps.maxDmaMaps, maxBytes: this.limits.dmaBytes, maxFiles: this.limits.dmaFiles });
     this.device.attach();
     this.transport.start({
       onMessage: (m) => this.onMessage(m),
@@ -106,7 +115,11 @@ export class Endpoint {
 
   private onClose(reason: CloseReason): void {
     const log = reason.kind === 'eof' || reason.kind === 'local' ? logger.info.bind(logger) : logger.warn.bind(logger);
-    log({ device: this.device.name, transport: this.transport.name, kind: reason.kind, errno: reason.errno }, `client gone: ${reason.message}`);
+    const suppressed = this.logBudget.suppressed();
+    log(
+      { event: 'client-gone', device: this.device.name, transport: this.transport.name, kind: reason.kind, errno: reason.errno, ...(suppressed > 0 && { suppressedWarnings: suppressed }) },
+      `client gone: ${reason.message}`,
+    );
     this.device.detach(reason.message);
     this.onCloseCb?.(reason);
   }
@@ -116,7 +129,9 @@ export class Endpoint {
     this.replyLen = 0;
     this.replyFds = undefined;
     let errno: number;
-    if ((m.flags & MsgFlag.TYPE_MASK) !== MsgFlag.TYPE_COMMAND) {
+    if (m.droppedFds > 0) {
+      errno = this.fail(Errno.EINVAL, `more than max_msg_fds (${this.caps.maxMsgFds}) fds: ${m.droppedFds} closed on arrival`);
+    } else if ((m.flags & MsgFlag.TYPE_MASK) !== MsgFlag.TYPE_COMMAND) {
       errno = this.fail(Errno.EINVAL, `message type ${m.flags & MsgFlag.TYPE_MASK} where a command was expected`);
     } else if (m.payloadLength === 0 && m.command !== Command.DEVICE_RESET) {
       errno = this.fail(Errno.EINVAL, 'command without payload');
@@ -146,14 +161,11 @@ export class Endpoint {
     }
     if (stray > 0) {
       this.stats.unexpectedFds += stray;
-      logger.warn({ device: this.device.name, command: commandName(m.command), msgId: m.msgId, fds: stray }, 'closed unexpected fds');
+      this.warn({ command: commandName(m.command), msgId: m.msgId, fds: stray }, 'closed unexpected fds');
     }
     if (errno !== 0) {
       this.stats.errors++;
-      logger.warn(
-        { device: this.device.name, command: commandName(m.command), msgId: m.msgId, errno },
-        `rejected: ${this.errReason}`,
-      );
+      this.warn({ command: commandName(m.command), msgId: m.msgId, errno }, `rejected: ${this.errReason}`);
     }
     if ((m.flags & MsgFlag.NO_REPLY) !== 0) return; // never reply, not even with an error
     const len = HEADER_SIZE + (errno === 0 ? this.replyLen : 0);
@@ -164,6 +176,15 @@ export class Endpoint {
     dv.setUint32(8, errno === 0 ? MsgFlag.TYPE_REPLY : MsgFlag.TYPE_REPLY | MsgFlag.ERROR, true);
     dv.setUint32(12, errno, true);
     this.transport.send(this.view(len), errno === 0 ? this.replyFds : undefined);
+  }
+
+  /** A warning about the client's input, within the connection's log budget (a hostile client
+   * must not be able to fill the disk); the next line that gets through says how many were
+   * dropped. */
+  private warn(fields: Record<string, unknown>, msg: string): void {
+    if (!logger.isLevelEnabled('warn') || !this.logBudget.take()) return;
+    const suppressed = this.logBudget.suppressed();
+    logger.warn({ device: this.device.name, ...fields, ...(suppressed > 0 && { suppressedWarnings: suppressed }) }, msg);
   }
 
   /** Record why a command failed (logged once by onMessage) and return its errno. */

@@ -6,7 +6,13 @@
 // and a Linux stream recvmsg stops right after the segment that carried fds. So the fds of a
 // read belong to the message that contains the read's *last* byte. This holds whether the read
 // starts mid-message, holds complete fd-less messages before the fd-carrying one, or is one byte.
+//
+// Memory a client can make us hold is bounded: the buffer grows only for a msg_size within the
+// limit (an impossible one is rejected once the header is complete, before any allocation), and
+// a message keeps at most `maxFdsPerMessage` fds; further fds are closed on arrival and the
+// message is flagged (`droppedFds`) so the endpoint rejects it.
 
+import { native } from '../native.ts';
 import { HEADER_SIZE } from './protocol.ts';
 
 /** A complete message as the framer hands it out. Reused between messages: copy what you keep. */
@@ -29,6 +35,8 @@ export interface IncomingMessage {
   /** fds received with this message. Handlers take ownership by setting an entry to -1; the
    * endpoint closes whatever is left (libvfio-user "closing unexpected fd"). */
   fds: number[];
+  /** fds beyond maxFdsPerMessage that came with this message (already closed). */
+  droppedFds: number;
 }
 
 export class FramingError extends Error {}
@@ -39,11 +47,17 @@ Object.freeze(EMPTY_FDS);
 interface PendingFds {
   at: number; // stream position of the message start
   fds: number[];
+  dropped: number;
 }
+
+/** Linux SCM_MAX_FD: the most fds one sendmsg can carry. */
+export const SCM_MAX_FD = 253;
 
 export interface FramerOptions {
   /** Largest acceptable msg_size, header included. */
   maxMessageSize: number;
+  /** Most fds kept for one message (default SCM_MAX_FD); the rest are closed on arrival. */
+  maxFdsPerMessage?: number;
   /** Initial buffer size (grows up to maxMessageSize for big messages). */
   initialSize?: number;
 }
@@ -56,11 +70,13 @@ export class MessageFramer {
   private consumed = 0; // stream position of buf[start]
   private readonly pending: PendingFds[] = [];
   private readonly maxMessageSize: number;
+  private readonly maxFds: number;
   private readonly msg: IncomingMessage;
   private failed = false;
 
   constructor(opts: FramerOptions) {
     this.maxMessageSize = opts.maxMessageSize;
+    this.maxFds = opts.maxFdsPerMessage ?? SCM_MAX_FD;
     this.buf = new Uint8Array(Math.max(HEADER_SIZE, opts.initialSize ?? 65536));
     this.dv = new DataView(this.buf.buffer);
     this.msg = {
@@ -75,12 +91,25 @@ export class MessageFramer {
       payload: 0,
       payloadLength: 0,
       fds: EMPTY_FDS,
+      droppedFds: 0,
     };
   }
 
   /** Bytes received but not yet delivered (a partial message). */
   get buffered(): number {
     return this.end - this.start;
+  }
+
+  /** Size of the receive buffer (bounded by about twice the largest message). */
+  get capacity(): number {
+    return this.buf.length;
+  }
+
+  /** fds held for messages not yet delivered (at most maxFdsPerMessage per message). */
+  get heldFds(): number {
+    let n = 0;
+    for (const p of this.pending) n += p.fds.length;
+    return n;
   }
 
   /** Where the next read should land. Grows or compacts the buffer as needed; when nothing is
@@ -163,9 +192,19 @@ export class MessageFramer {
       pos += size;
     }
     const at = this.consumed + (pos - this.start);
-    const last = this.pending[this.pending.length - 1];
-    if (last !== undefined && last.at === at) last.fds.push(...fds);
-    else this.pending.push({ at, fds: fds.slice() });
+    let entry = this.pending[this.pending.length - 1];
+    if (entry === undefined || entry.at !== at) {
+      entry = { at, fds: [], dropped: 0 };
+      this.pending.push(entry);
+    }
+    for (let i = 0; i < fds.length; i++) {
+      if (entry.fds.length < this.maxFds) {
+        entry.fds.push(fds[i]!);
+      } else {
+        native.close(fds[i]!);
+        entry.dropped++;
+      }
+    }
   }
 
   private drain(deliver: (msg: IncomingMessage) => void): void {
@@ -190,8 +229,11 @@ export class MessageFramer {
       m.payload = at + HEADER_SIZE;
       m.payloadLength = size - HEADER_SIZE;
       m.fds = EMPTY_FDS;
+      m.droppedFds = 0;
       if (this.pending.length > 0 && this.pending[0]!.at === this.consumed) {
-        m.fds = this.pending.shift()!.fds;
+        const p = this.pending.shift()!;
+        m.fds = p.fds;
+        m.droppedFds = p.dropped;
       }
       this.start += size;
       this.consumed += size;

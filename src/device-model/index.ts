@@ -42,6 +42,8 @@ export { buildConfigLayout, PciReg, PciCommand, PciStatus, PciCapId, type Config
 export {
   DmaTable,
   DMA_MAX_MAP_SIZE,
+  DEFAULT_DMA_LIMITS,
+  type DmaLimits,
   type DmaMapRequest,
   type DmaMappingInfo,
   type DmaFault,
@@ -51,5 +53,6 @@ export {
 } from './dma.ts';
 export { IrqController, type IrqSetRequest, type IrqState, type VectorStats } from './irq.ts';
 export { DEFAULT_SERVER_CAPS, type ServerCapabilities, type ClientCapabilities } from './version.ts';
+export { DEFAULT_LIMITS, LogBudget, type ServerLimits } from './limits.ts';
 export { VfioUserClient, VfioUserError, QEMU_VERSION_JSON, type Reply, type RegionInfoResult } from './client.ts';
 export * as protocol from './protocol.ts';

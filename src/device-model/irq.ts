@@ -10,6 +10,7 @@
 // QEMU emulates the MSI-X table itself (per-vector masking is done by swapping in its own
 // eventfd), so the table's vector-control mask bits are stored but never gate delivery.
 
+import { existsSync, readlinkSync } from 'node:fs';
 import { native } from '../native.ts';
 import { logger } from '../log.ts';
 import { Errno, IrqIndex, IrqSetFlag, NUM_IRQS } from './protocol.ts';
@@ -37,6 +38,30 @@ export interface IrqState {
   msixEnabled: boolean;
   msixFunctionMasked: boolean;
   pending: number[]; // MSI-X vectors with the PBA bit set
+}
+
+const CAN_CHECK_FD_TYPE = existsSync('/proc/self/fd');
+
+/**
+ * Whether `fd` can be kept as an interrupt fd: it must be an eventfd (firing writes to it on the
+ * JS thread, and a socket or pipe the client never reads would block that write), and it is
+ * made non-blocking (a blocking eventfd whose counter the client set near its maximum would
+ * block too). QEMU's eventfds are already non-blocking, and KVM's irqfd does not care.
+ */
+function adoptEventfd(fd: number): boolean {
+  if (CAN_CHECK_FD_TYPE) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`) !== 'anon_inode:[eventfd]') return false;
+    } catch {
+      return false;
+    }
+  }
+  try {
+    native.setNonblock(fd, true);
+  } catch {
+    return false;
+  }
+  return true;
 }
 
 const ACTION_OF: Record<number, 'mask' | 'unmask' | 'trigger'> = {
@@ -123,6 +148,7 @@ export class IrqController {
         this.disable(index, start, count); // de-assign [start, start+count)
         return 0;
       }
+      for (let i = 0; i < count; i++) if (!adoptEventfd(fds[i]!)) return Errno.EINVAL;
       const v = this.fds[index]!;
       for (let i = 0; i < count; i++) {
         const old = v[start + i]!;

@@ -12,9 +12,12 @@ import type { DeviceDeclaration } from './declaration.ts';
 import { Endpoint, maxMessageSize } from './endpoint.ts';
 import { SocketTransport, type CloseReason } from './transport.ts';
 import { DEFAULT_SERVER_CAPS, type ServerCapabilities } from './version.ts';
+import { DEFAULT_LIMITS, LogBudget, type ServerLimits } from './limits.ts';
 
 export interface ServerOptions {
   caps?: ServerCapabilities;
+  /** Per-client resource limits (DEFAULT_LIMITS for what is not given). */
+  limits?: Partial<ServerLimits>;
 }
 
 /** What `onClientGone` hooks receive. */
@@ -34,6 +37,7 @@ export class Listener {
   private connections = 0;
   private closed = false;
   private readonly goneHooks: ((gone: ClientGone) => void)[] = [];
+  private readonly refusals = new LogBudget(DEFAULT_LIMITS.logBurst, DEFAULT_LIMITS.logPerSecond);
   private idleWaiters: (() => void)[] = [];
 
   constructor(server: Server, path: string, device: PciDevice) {
@@ -107,15 +111,20 @@ export class Listener {
       // being killed): let its connection catch up first.
       if (this.current !== null) this.current.transport.pump();
       if (this.current !== null) {
-        logger.warn({ device: this.device.name, path: this.path }, 'refusing a second client while one is connected');
+        if (this.refusals.take()) {
+          const suppressed = this.refusals.suppressed();
+          logger.warn({ device: this.device.name, path: this.path, ...(suppressed > 0 && { suppressedWarnings: suppressed }) }, 'refusing a second client while one is connected');
+        }
         native.close(fd);
         continue;
       }
       this.connections++;
       const name = `${this.path}#${this.connections}`;
-      const transport = new SocketTransport(fd, { name, maxMessageSize: maxMessageSize(this.server.caps) });
+      const caps = this.server.caps;
+      const transport = new SocketTransport(fd, { name, maxMessageSize: maxMessageSize(caps), maxFdsPerMessage: caps.maxMsgFds });
       const ep = new Endpoint(this.device, transport, {
-        caps: this.server.caps,
+        caps,
+        limits: this.server.limits,
         onClose: (reason) => this.clientGone(ep, name, reason),
       });
       this.current = ep;
@@ -142,10 +151,12 @@ export class Listener {
 
 export class Server {
   readonly caps: ServerCapabilities;
+  readonly limits: ServerLimits;
   private readonly listeners = new Map<string, Listener>();
 
   constructor(opts: ServerOptions = {}) {
     this.caps = opts.caps ?? DEFAULT_SERVER_CAPS;
+    this.limits = { ...DEFAULT_LIMITS, ...opts.limits };
   }
 
   /** Serve a device on a UNIX socket path (a stale socket file is replaced). */

@@ -5,7 +5,7 @@
 
 import { native, EAGAIN } from '../native.ts';
 import { logger } from '../log.ts';
-import { FramingError, MessageFramer, type IncomingMessage } from './framing.ts';
+import { FramingError, MessageFramer, SCM_MAX_FD, type IncomingMessage } from './framing.ts';
 
 export type CloseKind = 'eof' | 'error' | 'framing' | 'local';
 
@@ -38,13 +38,15 @@ export interface Transport {
 export interface SocketTransportOptions {
   name: string;
   maxMessageSize: number;
+  /** Most fds one message may carry (the rest are closed and the message flagged). */
+  maxFdsPerMessage?: number;
 }
 
 // Bound on recvmsg calls per readiness callback, so one busy connection cannot starve the
 // others on the JS thread (uv_poll is level-triggered: we are called again).
 const MAX_READS_PER_WAKEUP = 32;
 // Linux SCM_MAX_FD: the receive side never truncates control data.
-const MAX_FDS_PER_READ = 253;
+const MAX_FDS_PER_READ = SCM_MAX_FD;
 
 export class SocketTransport implements Transport {
   readonly name: string;
@@ -61,7 +63,7 @@ export class SocketTransport implements Transport {
   constructor(fd: number, opts: SocketTransportOptions) {
     this.fd = fd;
     this.name = opts.name;
-    this.framer = new MessageFramer({ maxMessageSize: opts.maxMessageSize });
+    this.framer = new MessageFramer({ maxMessageSize: opts.maxMessageSize, maxFdsPerMessage: opts.maxFdsPerMessage });
   }
 
   get closed(): boolean {

@@ -15,7 +15,9 @@ export const DEFAULT_SERVER_CAPS: ServerCapabilities = {
   maxMsgFds: 16,
   maxDataXferSize: 1 << 20,
   pgsizes: 4096,
-  maxDmaMaps: 65535,
+  // QEMU boots use ~70 maps; each map is an mmap (a VMA) held for the client, so a hostile
+  // client must not get tens of thousands of them (see limits.ts). QEMU accepts ≤ 65535.
+  maxDmaMaps: 4096,
 };
 
 export interface ClientCapabilities {

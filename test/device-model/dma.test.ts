@@ -162,15 +162,64 @@ describe('DMA map table', () => {
     expect(!v.ok && v.fault.kind).toBe('discontiguous');
   });
 
-  it('adjacent maps of the same fd with contiguous offsets merge into one extent', () => {
+  it('adjacent maps of the same file share one fd and merge into one extent', () => {
     const a = ram(2 * MiB);
     const t = table();
     expect(t.map(req(0, MiB, a.fd))).toBe(0);
+    // The same file opened again (QEMU sends a new fd with every map): the table keeps one.
     const dup = native.open(`/proc/self/fd/${a.fd}`, 2);
     expect(t.map(req(MiB, MiB, dup, { offset: MiB }))).toBe(0);
+    expect(countFds(a.name)).toBe(1);
+    expect(t.fileCount).toBe(1);
     const r = t.translate(0, 2 * MiB, false);
-    // Different fd numbers for the same file: two extents, contiguous in the file.
-    expect(r.ok && r.extents.map((e) => e.offset + e.length)).toEqual([MiB, 2 * MiB]);
+    expect(r).toEqual({ ok: true, extents: [{ fd: a.fd, offset: 0, length: 2 * MiB }] });
+    // The fd stays open while any map of the file remains.
+    expect(t.unmap(0, MiB)).toBe(0);
+    expect(countFds(a.name)).toBe(1);
+    expect(t.unmap(MiB, MiB)).toBe(0);
+    expect(countFds(a.name)).toBe(0);
+  });
+
+  it('a read-only fd of a file does not back a writable map of it', () => {
+    const a = ram(2 * MiB);
+    const t = table();
+    const ro = native.open(`/proc/self/fd/${a.fd}`, 0);
+    expect(t.map(req(0, MiB, ro, { writable: false }))).toBe(0);
+    expect(t.map(req(MiB, MiB, a.fd, { offset: MiB }))).toBe(0);
+    expect(t.fileCount).toBe(2);
+    expect(t.view(MiB, 16, true).ok).toBe(true);
+  });
+
+  it('limits: maps, total bytes and distinct files per table (ENOSPC), non-regular files (EINVAL)', () => {
+    const t = table({ maxMaps: 8, maxBytes: 16 * MiB, maxFiles: 2 });
+    const a = ram(16 * MiB);
+    expect(t.map(req(0, 15 * MiB, a.fd))).toBe(0);
+    expect(t.map(req(32 * MiB, 2 * MiB, -1))).toBe(28); // 17 MiB > 16 MiB
+    expect(t.map(req(32 * MiB, MiB, -1))).toBe(0);
+    expect(t.mappedBytes).toBe(16 * MiB);
+    expect(t.unmap(32 * MiB, MiB)).toBe(0);
+    const b = ram(4096);
+    const c = ram(4096);
+    expect(t.map(req(64 * MiB, 4096, b.fd))).toBe(0);
+    expect(t.map(req(65 * MiB, 4096, c.fd))).toBe(28); // a third file
+    expect(countFds(c.name)).toBe(1); // on error the caller keeps its fd
+    native.close(c.fd);
+    t.setLimits({ maxBytes: 2 ** 40 });
+    for (let i = 0; i < 6; i++) expect(t.map(req(128 * MiB + i * 4096, 4096, -1))).toBe(0);
+    expect(t.count).toBe(8);
+    expect(t.map(req(256 * MiB, 4096, -1))).toBe(28);
+    t.unmapAll();
+    expect(t.mappedBytes).toBe(0);
+    expect(t.fileCount).toBe(0);
+    // /dev/zero, an eventfd, a socket: not regular files.
+    const zero = native.open('/dev/zero', 2);
+    const efd = native.eventfd(0, true);
+    const [s1, s2] = native.socketpair();
+    for (const fd of [zero, efd, s1]) {
+      expect(t.map(req(0, 4096, fd))).toBe(22);
+      native.close(fd);
+    }
+    native.close(s2);
   });
 
   it('translate of an unmapped or partly unmapped range is a clear fault', () => {
@@ -210,13 +259,15 @@ describe('DMA map table', () => {
     const t = table();
     const low = native.open(`/proc/self/fd/${g.fd}`, 2);
     expect(t.map(req(0, 640 * 1024, low))).toBe(0);
+    // The second fd of the same memfd is closed: the table keeps `low` for both maps.
     expect(t.map(req(0x100000, 511 * MiB, g.fd, { offset: 0x100000 }))).toBe(0);
+    expect(countFds(g.name)).toBe(1);
     const v = t.view(0x5b1a000, 4096, true);
     expect(v.ok).toBe(true);
     if (v.ok) v.bytes[7] = 0x5a;
     const b = new Uint8Array(1);
-    expect(native.pread(g.fd, b, 0x5b1a007)).toBe(1);
+    expect(native.pread(low, b, 0x5b1a007)).toBe(1);
     expect(b[0]).toBe(0x5a);
-    expect(t.translate(0x5b1a000, 8, true)).toEqual({ ok: true, extents: [{ fd: g.fd, offset: 0x5b1a000, length: 8 }] });
+    expect(t.translate(0x5b1a000, 8, true)).toEqual({ ok: true, extents: [{ fd: low, offset: 0x5b1a000, length: 8 }] });
   });
 });

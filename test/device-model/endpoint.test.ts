@@ -78,7 +78,7 @@ describe('vfio-user endpoint: commands', () => {
     const v = await p.client.version();
     expect([v.major, v.minor]).toEqual([0, 0]);
     expect(JSON.parse(v.json)).toEqual({
-      capabilities: { max_msg_fds: 16, max_data_xfer_size: 1048576, pgsizes: 4096, max_dma_maps: 65535 },
+      capabilities: { max_msg_fds: 16, max_data_xfer_size: 1048576, pgsizes: 4096, max_dma_maps: 4096 },
     });
     expect(v.raw.length).toBeLessThan(encodeVersion({ major: 0, minor: 0, json: '' }).length + 200);
     expect(p.endpoint.client?.maxMsgFds).toBe(16);

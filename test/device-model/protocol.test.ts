@@ -173,7 +173,7 @@ describe('VERSION negotiation', () => {
     expect(full[0]! | full[1]! | full[2]! | full[3]!).toBe(0);
     expect(full[full.length - 1]).toBe(0);
     expect(new TextDecoder().decode(full.subarray(4, -1))).toBe(
-      '{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535}}',
+      '{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":4096}}',
     );
     expect(full.length).toBeLessThanOrEqual(qemu.length);
     // A smaller request gets a trimmed reply that still fits.

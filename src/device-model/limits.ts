@@ -1,0 +1,63 @@
+// What one client may make the server hold. A vfio-user client is untrusted (a compromised QEMU
+// is as hostile as it gets) and the server process is shared by every VM, so everything a client
+// can allocate through the protocol is bounded per connection:
+//   - DMA maps: count (advertised as max_dma_maps, ServerCapabilities.maxDmaMaps), total bytes
+//     (address space and VMAs of the mmaps), distinct files behind them (fds held);
+//   - fds per message (max_msg_fds, ServerCapabilities.maxMsgFds) and the receive buffer
+//     (max_data_xfer_size), see framing.ts;
+//   - IRQ fds: one per declared vector, and they must be eventfds (a socket or pipe could block
+//     the thread that writes to it);
+//   - log lines: rejections are logged within a per-connection budget (LogBudget).
+
+export interface ServerLimits {
+  /** Total bytes of one client's DMA maps (fd-backed or not). QEMU maps guest RAM once plus
+   * small ROM/BIOS windows, so this bounds guest RAM size. */
+  dmaBytes: number;
+  /** Distinct files (fds held) behind one client's DMA maps; maps of the same file share one
+   * fd (QEMU maps one memfd in ~70 pieces). */
+  dmaFiles: number;
+  /** Warning lines per connection: burst, then this many per second (the rest are counted). */
+  logBurst: number;
+  logPerSecond: number;
+}
+
+export const DEFAULT_LIMITS: ServerLimits = {
+  dmaBytes: 2 ** 40, // 1 TiB
+  dmaFiles: 64,
+  logBurst: 50,
+  logPerSecond: 10,
+};
+
+/** Token bucket for warning lines. `take()` says whether to log now; `suppressed()` hands out
+ * (and resets) how many were dropped since the last line that got through. */
+export class LogBudget {
+  private tokens: number;
+  private last = 0;
+  private dropped = 0;
+  private readonly burst: number;
+  private readonly perMs: number;
+
+  constructor(burst: number, perSecond: number) {
+    this.burst = burst;
+    this.tokens = burst;
+    this.perMs = perSecond / 1000;
+  }
+
+  take(): boolean {
+    const now = performance.now();
+    this.tokens = Math.min(this.burst, this.tokens + (now - this.last) * this.perMs);
+    this.last = now;
+    if (this.tokens >= 1) {
+      this.tokens--;
+      return true;
+    }
+    this.dropped++;
+    return false;
+  }
+
+  suppressed(): number {
+    const n = this.dropped;
+    this.dropped = 0;
+    return n;
+  }
+}
