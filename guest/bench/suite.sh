@@ -90,5 +90,9 @@ if [ $checks = 1 ]; then
   check reload $ok "rmmod + insmod, then madd"
 fi
 
+if [ $fails != 0 ]; then
+  echo "--- kernel log (vugpu) ---"
+  dmesg | grep -i -e vugpu -e 1de5 | tail -40
+fi
 echo "VUGPU-PHASE {\"phase\":\"suite-done\",\"failures\":$fails}"
 exit $fails

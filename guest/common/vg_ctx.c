@@ -291,11 +291,11 @@ int vg_ctx_poll_error(struct vg_ctx *c)
 		return vg_ctx_status(c, NULL);
 	st = vg_rd(d, VG_PFIFO_CHAN_STATE(c->chid));
 	if (st & VG_STATE_ERROR) {
-		code = vg_rd(d, VG_PFIFO_CHAN_ERR(c->chid));
-		info = vg_rd(d, VG_PFIFO_CHAN_ERR_INFO(c->chid));
+		code = st == VG_DEAD_READ ? VG_CERR_DEVICE_LOST : vg_rd(d, VG_PFIFO_CHAN_ERR(c->chid));
+		info = st == VG_DEAD_READ ? 0 : vg_rd(d, VG_PFIFO_CHAN_ERR_INFO(c->chid));
 		vg_os_lock(&d->os, fl);
 		if (!c->err_code) {
-			c->err_code = code ? code : 0xff;
+			c->err_code = code ? code : VG_CERR_DEVICE_LOST;
 			c->err_info = info;
 		}
 		vg_os_unlock(&d->os, fl);

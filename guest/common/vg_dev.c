@@ -64,6 +64,11 @@ int vg_chan_stop(struct vg_dev *d, u32 chid)
 		vg_wr(d, VG_PFIFO_PREEMPT, chid);
 		st = vg_rd(d, VG_PFIFO_PREEMPT);
 		vg_unlock(d);
+		if (st == VG_DEAD_READ) {
+			/* reads of a vanished device (server gone) return all ones: nothing runs any more */
+			vg_err(d, "channel %u: device not responding during preempt", chid);
+			return -ENODEV;
+		}
 		if (!(st & VG_PFIFO_PREEMPT_PENDING))
 			return 0;
 		if (waited >= VG_PREEMPT_TIMEOUT_MS) {
@@ -281,7 +286,7 @@ static void scan_errors(struct vg_dev *d)
 			vg_os_lock(&d->os, fl);
 			c = d->chans[chid];
 			if (c && !c->err_code) {
-				c->err_code = code ? code : 0xff;
+				c->err_code = code && code != VG_DEAD_READ ? code : VG_CERR_DEVICE_LOST;
 				c->err_info = info;
 			}
 			wake_chid(d, chid);

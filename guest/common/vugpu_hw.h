@@ -236,6 +236,11 @@
 #define VG_CERR_MMU_FAULT 16
 #define VG_CERR_KERNEL_ERROR 17
 
+/* What a read of a device that is gone returns (PCI master abort); not a valid state of
+ * PFIFO_PREEMPT or PFIFO_CHAN_STATE. Driver-side error code for it: */
+#define VG_DEAD_READ 0xffffffffu
+#define VG_CERR_DEVICE_LOST 0xff
+
 /* Compute kernel ids (native/include/kernels.h, docs/kernels.md) */
 #define VG_K_NOP 0
 #define VG_K_LOOP 1

@@ -16,6 +16,8 @@ static inline const char *vg_chan_err_name(unsigned int code)
 		return "MMU_FAULT";
 	if (code == 17)
 		return "KERNEL_ERROR";
+	if (code == 0xff)
+		return "DEVICE_LOST";
 	return "UNKNOWN";
 }
 
