@@ -41,6 +41,10 @@ export interface IncomingMessage {
 
 export class FramingError extends Error {}
 
+function closeAll(fds: number[] | null): void {
+  if (fds) for (const fd of fds) native.close(fd);
+}
+
 const EMPTY_FDS: number[] = [];
 Object.freeze(EMPTY_FDS);
 
@@ -147,7 +151,10 @@ export class MessageFramer {
    * cannot be resynchronised after that and the caller must drop the connection.
    */
   commit(n: number, fds: number[] | null, deliver: (msg: IncomingMessage) => void): void {
-    if (this.failed) throw new FramingError('framer already failed');
+    if (this.failed) {
+      closeAll(fds); // nobody else will
+      throw new FramingError('framer already failed');
+    }
     this.end += n;
     if (fds !== null && fds.length > 0) this.attach(fds);
     this.drain(deliver);
@@ -156,15 +163,25 @@ export class MessageFramer {
   /** Copy bytes in (for transports that do not read into space() directly). */
   push(bytes: Uint8Array, fds: number[] | null, deliver: (msg: IncomingMessage) => void): void {
     let off = 0;
-    if (bytes.length === 0 && fds && fds.length > 0) throw new FramingError('fds without data');
-    while (off < bytes.length) {
-      const room = this.space();
-      const k = Math.min(room.length, bytes.length - off);
-      room.set(bytes.subarray(off, off + k));
-      off += k;
-      // fds belong to the message holding the last byte of the whole chunk, so attach them only
-      // with the final piece.
-      this.commit(k, off === bytes.length ? fds : null, deliver);
+    if (bytes.length === 0 && fds && fds.length > 0) {
+      closeAll(fds);
+      throw new FramingError('fds without data');
+    }
+    let handed = false;
+    try {
+      while (off < bytes.length) {
+        const room = this.space();
+        const k = Math.min(room.length, bytes.length - off);
+        room.set(bytes.subarray(off, off + k));
+        off += k;
+        // fds belong to the message holding the last byte of the whole chunk, so attach them
+        // only with the final piece.
+        handed = off === bytes.length;
+        this.commit(k, handed ? fds : null, deliver);
+      }
+    } catch (err) {
+      if (!handed) closeAll(fds); // an earlier piece failed: the fds were never attached
+      throw err;
     }
   }
 

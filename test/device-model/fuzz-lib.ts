@@ -15,9 +15,13 @@
 // Everything random comes from one seeded PRNG: a failure prints the seed, and the same seed
 // with the same iteration count replays the same bytes.
 
-import { readdirSync } from 'node:fs';
+import { readdirSync, writeSync } from 'node:fs';
 import { native } from '../../src/native.ts';
 import { QEMU_VERSION_JSON } from '../../src/device-model/client.ts';
+import type { PciDevice } from '../../src/device-model/device.ts';
+import { Endpoint, maxMessageSize } from '../../src/device-model/endpoint.ts';
+import { MemoryTransport } from '../../src/device-model/memory-transport.ts';
+import { DEFAULT_SERVER_CAPS, type ServerCapabilities } from '../../src/device-model/version.ts';
 import {
   Command,
   DmaMapFlag,
@@ -135,8 +139,9 @@ function setU64Halves(dv: DataView, at: number, [lo, hi]: [number, number]): voi
 
 // ---- fds to attach ------------------------------------------------------------------------
 
-export type FdKind = 'memfd' | 'memfd-small' | 'eventfd' | 'devnull' | 'socket';
-const FD_KINDS: readonly FdKind[] = ['memfd', 'memfd-small', 'eventfd', 'devnull', 'socket'];
+export type FdKind = 'memfd' | 'memfd-small' | 'eventfd' | 'eventfd-full' | 'devnull' | 'socket';
+const FD_KINDS: readonly FdKind[] = ['memfd', 'memfd-small', 'eventfd', 'eventfd-full', 'devnull', 'socket'];
+const EVENTFD_MAX = new Uint8Array([0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
 const O_RDWR = 2;
 export const FUZZ_MEMFD_SIZE = 1 << 20;
 
@@ -152,6 +157,11 @@ export function makeFd(kind: FdKind): number {
       break;
     case 'eventfd':
       fd = native.eventfd(0, true);
+      break;
+    case 'eventfd-full':
+      // Blocking, counter at its maximum: a write of 1 would block forever.
+      fd = native.eventfd(0, false);
+      if (fd >= 0) writeSync(fd, EVENTFD_MAX);
       break;
     case 'devnull':
       fd = native.open('/dev/null', O_RDWR);
@@ -294,9 +304,9 @@ export class ReplyChecker {
     this.model = model;
   }
 
-  /** Bytes (and fds) read from the connection. Throws InvariantError on a bad reply. Closes
-   * every fd received. */
-  onData(bytes: Uint8Array, fds: number[]): void {
+  /** Bytes (and fds, owned by the wire) read from the connection. Throws InvariantError on a
+   * bad reply. */
+  onData(bytes: Uint8Array, fds: readonly number[]): void {
     if (this.len + bytes.length > this.buf.length) {
       const grown = new Uint8Array(Math.max(this.buf.length * 2, this.len + bytes.length));
       grown.set(this.buf.subarray(0, this.len));
@@ -314,7 +324,6 @@ export class ReplyChecker {
         pos += size;
       }
       this.pendingFds.push({ at: this.consumed + pos, fds: fds.slice() });
-      for (const fd of fds) native.close(fd);
     }
     let at = 0;
     const dv = new DataView(this.buf.buffer);
@@ -447,19 +456,24 @@ export interface Wire {
   close(): void;
   /** Wait until cond() holds or the connection is gone (bounded); false on timeout. */
   wait(cond: () => boolean, ms: number): Promise<boolean>;
-  /** Set by the session: bytes and fds read from the connection. */
-  onData: (bytes: Uint8Array, fds: number[]) => void;
+  /** Set by the session: bytes and fds read from the connection (the wire closes the fds). */
+  onData: (bytes: Uint8Array, fds: readonly number[]) => void;
+  /** send() takes ownership of the fds (else the sender closes its copies after sending). */
+  readonly takesFds: boolean;
+  /** An exception thrown while handling received data (reported by the session). */
+  readonly failure: unknown;
 }
 
 const EAGAIN = 11;
 
 /** A real AF_UNIX connection, read through uv_poll like any client. */
 export class SocketWire implements Wire {
+  readonly takesFds = false;
   private readonly fd: number;
   private handle: number;
   private isClosed = false;
   closeReason = '';
-  onData: (bytes: Uint8Array, fds: number[]) => void = () => {};
+  onData: (bytes: Uint8Array, fds: readonly number[]) => void = () => {};
   private readonly rbuf = new Uint8Array(1 << 18);
   private readonly fdsOut = new Int32Array(254);
   private waiter: (() => void) | null = null;
@@ -523,6 +537,8 @@ export class SocketWire implements Wire {
         this.failure ??= err;
         this.shut('fuzzer check failed');
         break;
+      } finally {
+        for (const fd of fds) native.close(fd);
       }
     }
     if (status < 0 && !this.isClosed) this.shut(`poll ${status}`);
@@ -536,6 +552,55 @@ export class SocketWire implements Wire {
     this.handle = -1;
     native.close(this.fd);
     this.waiter?.();
+  }
+}
+
+/** The real Endpoint behind an in-memory transport: everything happens synchronously. */
+export class MemoryWire implements Wire {
+  readonly takesFds = true;
+  readonly transport: MemoryTransport;
+  readonly endpoint: Endpoint;
+  closeReason = '';
+  failure: unknown = null;
+  onData: (bytes: Uint8Array, fds: readonly number[]) => void = () => {};
+
+  constructor(device: PciDevice, caps: ServerCapabilities = DEFAULT_SERVER_CAPS) {
+    this.transport = new MemoryTransport({
+      name: 'fuzz-memory',
+      maxMessageSize: maxMessageSize(caps),
+      maxFdsPerMessage: caps.maxMsgFds,
+      onSend: (data, fds) => {
+        if (this.failure !== null) return;
+        try {
+          this.onData(data, fds); // the endpoint keeps its fds: only counted
+        } catch (err) {
+          this.failure = err;
+        }
+      },
+    });
+    this.endpoint = new Endpoint(device, this.transport, {
+      caps,
+      onClose: (r) => {
+        this.closeReason ||= `${r.kind}: ${r.message}`;
+      },
+    });
+    this.endpoint.start();
+  }
+
+  get closed(): boolean {
+    return this.transport.closed;
+  }
+
+  send(bytes: Uint8Array, fds: number[]): boolean {
+    return this.transport.receive(bytes, fds);
+  }
+
+  close(): void {
+    if (!this.transport.closed) this.transport.end();
+  }
+
+  wait(cond: () => boolean): Promise<boolean> {
+    return Promise.resolve(cond() || this.closed);
   }
 }
 
@@ -848,6 +913,9 @@ export interface FuzzOptions {
   afterSession?(info: SessionResult): void | Promise<void>;
   /** Count open fds (default /proc/self/fd); null: do not check. */
   countFds?: (() => number) | null;
+  /** Most fds the server may hold for one client beyond the count before it connected
+   * (checked after every batch): connection sockets, DMA files, IRQ fds, one message's fds. */
+  maxHeldFds?: number;
   log?(line: string): void;
 }
 
@@ -912,14 +980,16 @@ class Session {
     const fds = kinds.map(makeFd);
     this.trace.push(`${bytes.length}B${fds.length ? ` +${kinds.join(',')}` : ''} ${hex(bytes)}`);
     if (this.trace.length > 24) this.trace.shift();
+    // The model first: an in-memory wire answers inside send(). (If the send fails the server
+    // is gone, and the model's expectations make any unexplained drop an error.)
+    this.model.push(bytes);
     let ok: boolean;
     try {
       ok = this.wire.send(bytes, fds);
     } finally {
-      for (const fd of fds) native.close(fd);
+      if (!this.wire.takesFds) for (const fd of fds) native.close(fd);
     }
     if (ok) {
-      this.model.push(bytes);
       this.bytesSent += bytes.length;
       this.bytesInBatch += bytes.length;
     }
@@ -967,8 +1037,7 @@ class Session {
   }
 
   rethrow(): void {
-    const f = (this.wire as { failure?: unknown }).failure;
-    if (f) throw f;
+    if (this.wire.failure) throw this.wire.failure;
   }
 
   id(): number {
@@ -1012,6 +1081,10 @@ export async function fuzz(opts: FuzzOptions): Promise<FuzzStats> {
           await s.throttle();
         }
         await s.sync();
+        if (countFds && opts.maxHeldFds !== undefined) {
+          const held = countFds() - fdsBefore;
+          if (held > opts.maxHeldFds) throw new InvariantError(`the server holds ${held} fds for one client (bound ${opts.maxHeldFds})`);
+        }
         if (opts.between && !wire.closed) await opts.between();
       }
       // No reply may be left over: a final probe answers after everything else.
@@ -1098,7 +1171,8 @@ async function sendGarbage(s: Session, r: Prng, maxMessageSize: number): Promise
     dv.setUint32(4, bytes.length, true);
     dv.setUint32(8, r.chance(0.7) ? r.pick([0, 0x10]) : r.u32(), true);
   }
-  const kinds: FdKind[] = r.chance(0.15) ? [r.pick(FD_KINDS)] : [];
+  let kinds: FdKind[] = r.chance(0.15) ? [r.pick(FD_KINDS)] : [];
+  if (r.chance(0.03)) kinds = Array<FdKind>(r.range(17, 120)).fill(r.pick(FD_KINDS)); // an fd flood
   s.messages++;
   s.sendChunk(bytes, kinds);
 }

@@ -12,7 +12,7 @@ import { Server } from '../../src/device-model/server.ts';
 import { VfioUserClient } from '../../src/device-model/client.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { Command, IrqSetFlag, MsgFlag, encodeMessage } from '../../src/device-model/protocol.ts';
-import { FuzzFailure, Prng, SocketWire, countOpenFds, fuzz } from './fuzz-lib.ts';
+import { FuzzFailure, MemoryWire, Prng, SocketWire, countOpenFds, fuzz } from './fuzz-lib.ts';
 import { MSIX_VECTORS, makeTestDevice, memfdWith, uniqueName, type TestDevice } from './helpers.ts';
 
 const SEED = process.env.VUGPU_FUZZ_SEED !== undefined ? Number(process.env.VUGPU_FUZZ_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -59,6 +59,24 @@ async function otherVm(sock: string, t: TestDevice, seed: number): Promise<{ cli
   };
 }
 
+/** The device side of the fuzzed VM keeps working too: it fires its interrupts into whatever
+ * fds the client registered and does DMA through whatever maps it made (never throwing). */
+function deviceActivity(t: TestDevice, r: Prng): void {
+  for (let v = 0; v < MSIX_VECTORS; v++) t.device.irq.msix(v);
+  t.device.irq.trigger(3, 0);
+  const buf = new Uint8Array(64);
+  for (const m of t.device.dma.describe().slice(0, 4)) {
+    const at = m.addr + r.int(Math.max(1, m.size - buf.length));
+    t.device.dma.read(at, buf);
+    if (m.writable) t.device.dma.write(at, buf);
+    t.device.dma.translate(at, buf.length, r.chance(0.5));
+  }
+}
+
+/** Fds the server may hold for one client: both socket ends (in-process), DMA files, IRQ fds
+ * (4 MSI-X + ERR), one message's fds. */
+const maxHeldFds = (s: Server): number => 2 + s.limits.dmaFiles + MSIX_VECTORS + 1 + s.caps.maxMsgFds;
+
 /** A well-formed session as QEMU would run it, with results checked. */
 async function cleanSession(sock: string, t: TestDevice): Promise<void> {
   const c = VfioUserClient.connect(sock);
@@ -104,6 +122,7 @@ describe('vfio-user server under fuzzing', () => {
     server.listen(sb, b.device);
     const vm2 = await otherVm(sb, b, SEED);
     const fdsAtStart = countOpenFds();
+    const activity = new Prng(SEED ^ 0x3c3c3c3c);
     let stats;
     try {
       stats = await fuzz({
@@ -112,7 +131,11 @@ describe('vfio-user server under fuzzing', () => {
         maxMessageSize: maxMessageSize(server.caps),
         connect: () => new SocketWire(sa),
         idle: () => la.idle(),
-        between: vm2.check,
+        maxHeldFds: maxHeldFds(server),
+        between: async () => {
+          deviceActivity(a, activity);
+          await vm2.check();
+        },
       });
     } catch (err) {
       if (err instanceof FuzzFailure) console.error(err.message);
@@ -137,6 +160,31 @@ describe('vfio-user server under fuzzing', () => {
     await vm2.check();
     expect(vm2.client.unexpected).toEqual([]);
     vm2.client.close();
+  });
+
+  it(`the same through the in-memory transport, no sockets (seed ${SEED})`, async () => {
+    const a = makeTestDevice();
+    const activity = new Prng(SEED ^ 0x77);
+    const fdsAtStart = countOpenFds();
+    let stats;
+    try {
+      stats = await fuzz({
+        seed: SEED ^ 0x1234,
+        iterations: ITERS,
+        maxMessageSize: maxMessageSize(server.caps),
+        connect: () => new MemoryWire(a.device),
+        idle: async () => {},
+        maxHeldFds: maxHeldFds(server) - 2,
+        between: async () => deviceActivity(a, activity),
+      });
+    } catch (err) {
+      if (err instanceof FuzzFailure) console.error(err.message);
+      throw err;
+    }
+    console.log(`fuzz (memory transport): ${stats.messages} messages, ${stats.replies} replies, ${stats.framingDrops} framing drops, ${Math.round(stats.ms)} ms (${Math.round((stats.messages / stats.ms) * 1000)} msg/s)`);
+    expect(stats.framingDrops).toBeGreaterThan(0);
+    expect(countOpenFds()).toBe(fdsAtStart);
+    expect(a.device.dma.count).toBe(0);
   });
 
   it('a NO_REPLY command is never answered, even an invalid one', async () => {
