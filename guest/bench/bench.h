@@ -4,7 +4,8 @@
  * (Init, MemAlloc, DataInit, HtoD, KernConf, Exec, DtoH, DataRead, Close), each verified
  * against a CPU reference after the timed run. One `VUGPU-BENCH {json}` line per run.
  *
- * Stage meanings here: Init = vgInit + context creation; MemAlloc = device (and pinned host)
+ * Stage meanings here: Init = context creation (vgCtxCreate; vgInit, the driver's bring-up,
+ * is timed apart as driver_us because the Linux driver did it at module load); MemAlloc = device (and pinned host)
  * allocations; DataInit = generating the inputs on the CPU; HtoD / DtoH = copies; KernConf =
  * preparing launch parameters; Exec = launches until the result is ready (including any
  * per-iteration control copies the algorithm needs, e.g. BFS's "changed" flag); DataRead =
@@ -42,6 +43,7 @@ struct bench_run {
 	char detail[256];      /* verification / size description */
 	char size_desc[96];
 	double checksum;       /* DataRead: sum over the output */
+	double driver_us;      /* vgInit */
 	vgDeviceInfo info0;    /* counters right after context creation */
 	vgDeviceInfo info1;    /* ... and just before destruction */
 };

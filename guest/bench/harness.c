@@ -139,8 +139,11 @@ size_t cmp_f32(const float *got, const float *want, size_t n, double rel, double
 
 int bench_init(struct bench_run *r)
 {
-	stage_begin(r, S_INIT);
+	double t = now_us();
+
 	VG(r, vgInit(0));
+	r->driver_us = now_us() - t;
+	stage_begin(r, S_INIT);
 	VG(r, vgCtxCreate(&r->ctx));
 	stage_end(r);
 	vgGetDeviceInfo(r->ctx, &r->info0);
@@ -203,7 +206,7 @@ static int run_one(const struct bench *b, const struct bench_opts *o)
 	printf(",\"stages_us\":{");
 	for (i = 0; i < S_COUNT; i++)
 		printf("%s\"%s\":%.1f", i ? "," : "", stage_names[i], r.stage_us[i]);
-	printf("},\"total_us\":%.1f,\"verified\":%s,\"checksum\":%.6g", total,
+	printf("},\"total_us\":%.1f,\"driver_us\":%.1f,\"verified\":%s,\"checksum\":%.6g", total, r.driver_us,
 	       r.verified == 1 ? "true" : r.verified == 0 ? "false" : "null", r.checksum);
 	printf(",\"mmio\":%llu,\"irqs\":%llu,\"pv_calls\":%llu,\"pv\":%u",
 	       (unsigned long long)(r.info1.mmio_count - r.info0.mmio_count),

@@ -17,6 +17,8 @@ struct vg_backend_ctx;
 
 struct vg_backend {
 	const char *name;
+	/* driver bring-up for the process (vgInit); the Linux driver did it at module load */
+	int (*init)(void);
 	int (*open)(struct vg_backend_ctx **out);
 	void (*close)(struct vg_backend_ctx *b);
 	int (*info)(struct vg_backend_ctx *b, struct vugpu_info *info);

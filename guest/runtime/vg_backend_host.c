@@ -221,6 +221,18 @@ fail:
 	return ret;
 }
 
+/*
+ * vgInit: connect and bring the device up once per process (what the Linux driver does at
+ * module load), so that context creation costs the same kind of work in both worlds. The
+ * reference taken here lives until the process exits.
+ */
+static int host_init(void)
+{
+	struct host_dev *hd;
+
+	return g_dev ? 0 : host_dev_get(&hd);
+}
+
 static int host_open(struct vg_backend_ctx **out)
 {
 	struct vg_backend_ctx *b = calloc(1, sizeof(*b));
@@ -361,6 +373,7 @@ static int host_wait(struct vg_backend_ctx *b, uint64_t seq, uint32_t timeout_ms
 
 const struct vg_backend vg_backend_host = {
 	.name = "host",
+	.init = host_init,
 	.open = host_open,
 	.close = host_close,
 	.info = host_info,

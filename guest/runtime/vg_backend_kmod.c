@@ -24,6 +24,13 @@ static int xioctl(int fd, unsigned long req, void *arg)
 	return r < 0 ? -errno : 0;
 }
 
+static int kmod_init(void)
+{
+	const char *path = getenv("VUGPU_DEV");
+
+	return access(path && *path ? path : "/dev/vugpu0", R_OK | W_OK) ? -ENODEV : 0;
+}
+
 static int kmod_open(struct vg_backend_ctx **out)
 {
 	const char *path = getenv("VUGPU_DEV");
@@ -151,6 +158,7 @@ static int kmod_wait(struct vg_backend_ctx *b, uint64_t seq, uint32_t timeout_ms
 
 const struct vg_backend vg_backend_kmod = {
 	.name = "kmod",
+	.init = kmod_init,
 	.open = kmod_open,
 	.close = kmod_close,
 	.info = kmod_info,

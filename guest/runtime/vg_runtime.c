@@ -5,8 +5,9 @@
  *
  * Copies (docs/guest.md discusses the choice): the copy engine moves the bytes, as CUDA does.
  * Pinned host memory (vgMemAllocHost) is copied directly. Pageable memory is staged through two
- * 4 MiB pinned buffers: HtoD fills one while the engine drains the other; DtoH keeps two chunks
- * in flight and copies each out as it lands. VUGPU_COPY=bar1 switches to CPU copies through the
+ * pinned buffers: HtoD fills one while the engine drains the other; DtoH keeps two chunks in
+ * flight and copies each out as it lands. The staging buffers are created on the first pageable
+ * copy, sized to it (64 KiB to 4 MiB, a power of two), and grown when a larger copy comes. VUGPU_COPY=bar1 switches to CPU copies through the
  * BAR1 mapping instead (for comparison; reads of BAR1 are slow under TCG).
  *
  * Kernel parameters are written through BAR1 into a ring of 16 parameter slots (4 KiB each) in
@@ -23,7 +24,8 @@
 #include "vugpu_hw.h"
 #include "vugpu_names.h"
 
-#define STAGING_CHUNK (4u << 20)
+#define STAGING_MAX (4u << 20)
+#define STAGING_MIN (64u << 10)
 #define PARAM_SLOTS 16u
 #define PARAM_SLOT_SIZE 4096u
 #define COPY_MAX_LINE (1u << 30)
@@ -50,6 +52,7 @@ struct vgContextRec {
 	unsigned int param_next;
 	struct vg_alloc *staging[2];
 	uint64_t staging_seq[2];
+	uint32_t staging_size;
 	int bar1_copies;
 	uint32_t timeout_ms;
 };
@@ -203,16 +206,18 @@ static vgResult wait_seq(vgContext ctx, uint64_t seq)
 vgResult vgInit(unsigned int flags)
 {
 	const char *sock = getenv("VUGPU_SOCKET");
-	const char *dev = getenv("VUGPU_DEV");
+	const struct vg_backend *be = sock && *sock ? &vg_backend_host : &vg_backend_kmod;
+	int ret;
 
 	if (flags)
 		return VG_ERROR_INVALID_VALUE;
-	if (sock && *sock) {
-		g_backend = &vg_backend_host;
-		return access(sock, R_OK | W_OK) == 0 ? VG_SUCCESS : VG_ERROR_NO_DEVICE;
-	}
-	g_backend = &vg_backend_kmod;
-	return access(dev && *dev ? dev : "/dev/vugpu0", R_OK | W_OK) == 0 ? VG_SUCCESS : VG_ERROR_NO_DEVICE;
+	if (g_backend)
+		return VG_SUCCESS;
+	ret = be->init();
+	if (ret)
+		return ret == -ENOMEM ? VG_ERROR_OUT_OF_MEMORY : VG_ERROR_NO_DEVICE;
+	g_backend = be;
+	return VG_SUCCESS;
 }
 
 static vgResult alloc_record(vgContext ctx, int host, uint64_t size, struct vg_alloc **out)
@@ -483,18 +488,36 @@ static vgResult gpu_copy(vgContext ctx, uint64_t src, uint64_t dst, uint64_t len
 	return wait_seq(ctx, seq ? seq : ctx->last_seq);
 }
 
-static vgResult ensure_staging(vgContext ctx)
+/* Two pinned staging buffers of at least min(bytes, STAGING_MAX); returns the chunk size. */
+static vgResult ensure_staging(vgContext ctx, uint64_t bytes, uint32_t *chunk)
 {
+	uint32_t want = STAGING_MIN;
 	vgResult r;
 	int i;
 
-	for (i = 0; i < 2; i++) {
-		if (ctx->staging[i])
-			continue;
-		r = alloc_record(ctx, 1, STAGING_CHUNK, &ctx->staging[i]);
-		if (r)
-			return r;
+	while (want < bytes && want < STAGING_MAX)
+		want <<= 1;
+	if (ctx->staging_size < want) {
+		for (i = 0; i < 2; i++) {
+			if (!ctx->staging[i])
+				continue;
+			r = wait_seq(ctx, ctx->staging_seq[i]);
+			if (!r)
+				r = alloc_release(ctx, ctx->staging[i]);
+			ctx->staging[i] = NULL;
+			ctx->staging_seq[i] = 0;
+			if (r)
+				return r;
+		}
+		ctx->staging_size = 0;
+		for (i = 0; i < 2; i++) {
+			r = alloc_record(ctx, 1, want, &ctx->staging[i]);
+			if (r)
+				return r;
+		}
+		ctx->staging_size = want;
 	}
+	*chunk = ctx->staging_size;
 	return VG_SUCCESS;
 }
 
@@ -505,6 +528,7 @@ vgResult vgMemcpyHtoD(vgContext ctx, vgDevicePtr dst, const void *src, size_t by
 	struct vg_alloc *d, *h;
 	const uint8_t *s = src;
 	uint64_t off = 0;
+	uint32_t chunk;
 	vgResult r;
 	int k = 0;
 
@@ -526,11 +550,11 @@ vgResult vgMemcpyHtoD(vgContext ctx, vgDevicePtr dst, const void *src, size_t by
 			memcpy((uint8_t *)d->cpu + (dst - d->va), src, bytes);
 		return r;
 	}
-	r = ensure_staging(ctx);
+	r = ensure_staging(ctx, bytes, &chunk);
 	if (r)
 		return r;
 	while (off < bytes) {
-		uint32_t n = bytes - off > STAGING_CHUNK ? STAGING_CHUNK : (uint32_t)(bytes - off);
+		uint32_t n = bytes - off > chunk ? chunk : (uint32_t)(bytes - off);
 		struct vg_alloc *st = ctx->staging[k];
 		struct pb p;
 
@@ -555,7 +579,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 	struct vg_alloc *d, *h;
 	uint8_t *out = dst;
 	uint64_t chunk_off[2] = { 0, 0 }, next = 0, done = 0;
-	uint32_t chunk_len[2] = { 0, 0 };
+	uint32_t chunk_len[2] = { 0, 0 }, chunk;
 	vgResult r;
 	int k;
 
@@ -576,7 +600,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 			memcpy(dst, (const uint8_t *)d->cpu + (src - d->va), bytes);
 		return r;
 	}
-	r = ensure_staging(ctx);
+	r = ensure_staging(ctx, bytes, &chunk);
 	if (r)
 		return r;
 	/* keep both staging buffers busy: chunk i goes to buffer i % 2 */
@@ -584,7 +608,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 		struct pb p;
 
 		chunk_off[k] = next;
-		chunk_len[k] = bytes - next > STAGING_CHUNK ? STAGING_CHUNK : (uint32_t)(bytes - next);
+		chunk_len[k] = bytes - next > chunk ? chunk : (uint32_t)(bytes - next);
 		p.n = 0;
 		pb_copy(&p, src + next, ctx->staging[k]->va, chunk_len[k]);
 		r = submit(ctx, &p, &ctx->staging_seq[k]);
@@ -602,7 +626,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 			struct pb p;
 
 			chunk_off[k] = next;
-			chunk_len[k] = bytes - next > STAGING_CHUNK ? STAGING_CHUNK : (uint32_t)(bytes - next);
+			chunk_len[k] = bytes - next > chunk ? chunk : (uint32_t)(bytes - next);
 			p.n = 0;
 			pb_copy(&p, src + next, ctx->staging[k]->va, chunk_len[k]);
 			r = submit(ctx, &p, &ctx->staging_seq[k]);

@@ -79,6 +79,7 @@ typedef struct vgDeviceInfo {
 	uint64_t pv_calls;
 } vgDeviceInfo;
 
+/* Driver initialisation for this process (host backend: connect and bring the device up). */
 vgResult vgInit(unsigned int flags);
 vgResult vgCtxCreate(vgContext *ctx);
 vgResult vgCtxDestroy(vgContext ctx);
