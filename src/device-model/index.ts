@@ -36,6 +36,7 @@ export type {
 } from './declaration.ts';
 export { Endpoint, maxMessageSize, type EndpointOptions, type EndpointStats } from './endpoint.ts';
 export { SocketTransport, type Transport, type TransportSink, type CloseReason, type CloseKind } from './transport.ts';
+export { MemoryTransport, type MemoryTransportOptions } from './memory-transport.ts';
 export { MessageFramer, FramingError, type IncomingMessage } from './framing.ts';
 export { ConfigSpace, type ConfigState, type ConfigWriteHook } from './config-space.ts';
 export { buildConfigLayout, PciReg, PciCommand, PciStatus, PciCapId, type ConfigLayout, type ConfigField } from './config-layout.ts';

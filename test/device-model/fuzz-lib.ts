@@ -1087,12 +1087,19 @@ export async function fuzz(opts: FuzzOptions): Promise<FuzzStats> {
         }
         if (opts.between && !wire.closed) await opts.between();
       }
+      // Some clients hang up with commands in flight: the server's replies then hit a closed
+      // socket (EPIPE) and it must clean up all the same.
+      const abandon = !wire.closed && s.model.broken === null && r.chance(0.05);
+      if (abandon) {
+        for (let i = r.range(1, 6); i > 0; i--) await sendWhole(s, generate(ctx), null);
+        wire.close();
+      }
       // No reply may be left over: a final probe answers after everything else.
       if (!wire.closed && s.model.broken === null && s.model.partial === 0) {
         await sendWhole(s, build(ctx, Command.DEVICE_GET_INFO), []);
         await s.sync();
       }
-      if (s.model.broken !== null) {
+      if (s.model.broken !== null && !abandon) {
         // The server must drop a stream it cannot frame.
         await wire.wait(() => wire.closed, 3000);
         s.rethrow();

@@ -73,6 +73,12 @@ function deviceActivity(t: TestDevice, r: Prng): void {
   }
 }
 
+/** Another process connecting to the busy socket is refused (closed) and changes nothing. */
+async function intruder(sock: string): Promise<void> {
+  const w = new SocketWire(sock); // sends nothing: only a refusal closes it
+  if (!(await w.wait(() => w.closed, 2000)) || !w.closed) throw new Error('a second client was not refused');
+}
+
 /** Fds the server may hold for one client: both socket ends (in-process), DMA files, IRQ fds
  * (4 MSI-X + ERR), one message's fds. */
 const maxHeldFds = (s: Server): number => 2 + s.limits.dmaFiles + MSIX_VECTORS + 1 + s.caps.maxMsgFds;
@@ -135,6 +141,7 @@ describe('vfio-user server under fuzzing', () => {
         between: async () => {
           deviceActivity(a, activity);
           await vm2.check();
+          if (activity.chance(0.03)) await intruder(sa);
         },
       });
     } catch (err) {
