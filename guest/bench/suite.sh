@@ -1,8 +1,8 @@
 #!/bin/sh
 # The guest side of the benchmark suite (vugpu.run=/opt/vugpu/bench-suite.sh).
-#   bench-suite.sh [--pv N] [--only a:b:c] [--checks] [--no-bench] [-- <vugpu-bench options>]
+#   bench-suite.sh [--pv N] [--only a:b:c] [--repeat N] [--checks] [--no-bench] [-- <vugpu-bench options>]
 # Loads the driver (vugpu.ko, module parameter pv), runs each benchmark in its own process
-# (one VUGPU-BENCH line each) and, with --checks, the robustness checks (VUGPU-CHECK lines):
+# (one VUGPU-BENCH line each; --repeat runs each N times in a row) and, with --checks, the robustness checks (VUGPU-CHECK lines):
 #   fault-reported   an MMU fault comes back to the process as an error with its address
 #   kill-mid-kernel  a process SIGKILLed while its kernel runs releases everything
 #   after-kill       the next process in the same guest passes
@@ -13,12 +13,14 @@ KO=/opt/vugpu/vugpu.ko
 ALL="nop loop madd mmul fmadd fmmul cpy pincpy backprop bfs hotspot lud srad srad2"
 pv=0
 only=""
+repeat=1
 checks=0
 bench=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --pv) pv=$2; shift 2 ;;
     --only) only=$(echo "$2" | tr ':' ' '); shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
     --checks) checks=1; shift ;;
     --no-bench) bench=0; shift ;;
     --) shift; break ;;
@@ -51,7 +53,11 @@ echo "$base"
 
 if [ $bench = 1 ]; then
   for b in ${only:-$ALL}; do
-    $BIN "$b" "$@" || fails=$((fails + 1))
+    n=0
+    while [ $n -lt "$repeat" ]; do
+      $BIN "$b" "$@" || fails=$((fails + 1))
+      n=$((n + 1))
+    done
   done
 fi
 
