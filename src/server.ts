@@ -76,7 +76,7 @@ export class Vugpu {
       } else {
         const agg = this.aggregator!;
         const slice = vm.slice ?? defaultSlice(agg.slices.size, mediated.length);
-        vgpu = new MediatedVgpu(agg, { name: vm.name, mode: vm.mode, slice, weight: vm.weight });
+        vgpu = new MediatedVgpu(agg, { name: vm.name, mode: vm.mode, slice, weight: vm.weight }, this.tracer ?? undefined);
       }
       this.server.listen(vm.socket, vgpu.device);
       this.vms.set(vm.name, vgpu);

@@ -31,6 +31,8 @@ export interface PvEnv {
   /** Register accessors of the vGPU's view (stored values). */
   reg(addr: number): number;
   setReg(addr: number, value: number): void;
+  /** After every answered call (tracing). */
+  called?: (op: number, count: number, result: number) => void;
 }
 
 /** Registered shared area (plain state). */
@@ -146,7 +148,9 @@ export class PvPage {
     const op = dv.getUint32(PV_SLOT.op, true);
     const c: Call = { dv, count: dv.getUint32(PV_SLOT.count, true), arg0: getU64(dv, PV_SLOT.arg0), arg1: getU64(dv, PV_SLOT.arg1) };
     const handler = this.ops[op];
-    dv.setInt32(PV_SLOT.result, handler ? handler(c) : -ENOSYS, true);
+    const result = handler ? handler(c) : -ENOSYS;
+    dv.setInt32(PV_SLOT.result, result, true);
+    env.called?.(op, dv.getUint32(PV_SLOT.count, true), result);
   }
 
   /** MAP_BATCH / UNMAP_BATCH: stop at the first invalid entry; count = entries applied. */

@@ -43,6 +43,8 @@ export interface ShadowEnv {
   host: RangeAllocator;
   counters: VgpuCounters;
   log: Logger;
+  /** After every rebuild: entries written and the guest PD address (tracing). */
+  rebuilt?: (ptesWritten: number, pd: number) => void;
 }
 
 export interface ShadowTable {
@@ -143,6 +145,7 @@ export class ShadowMmu {
   rebuild(sp: ShadowSpace): void {
     const env = this.env;
     env.counters.shadowRebuilds++;
+    const written = env.counters.shadowPtesWritten;
     sp.dirty = false;
     const mem = env.guest();
     const ranges = mem ? new GuestRanges(mem.describe()) : NO_RANGES;
@@ -171,6 +174,7 @@ export class ShadowMmu {
       if (pde === 0 && sp.tables[pdi]) this.dropTable(sp, pdi);
       this.put(spd, pdi, pde);
     }
+    env.rebuilt?.(env.counters.shadowPtesWritten - written, sp.addr);
   }
 
   /** Shadow every entry of one guest table into t. */

@@ -60,6 +60,17 @@ export interface VgpuHost {
   closeChannel(pchid: number): void;
 }
 
+/** Optional observer of a vGPU's mediation events (the tracer); called on the hot paths, so
+ * implementations must be cheap. pd values are guest page-directory addresses. */
+export interface VgpuObserver {
+  tlbFlush(pd: number | null): void;
+  shadowRebuild(ptesWritten: number, pd: number): void;
+  hypercall(op: number, count: number, result: number): void;
+  doorbell(vchid: number): void;
+  fault(vchid: number, va: number, reason: number, write: boolean, unit: number): void;
+  channelError(vchid: number, code: number): void;
+}
+
 export interface VgpuConfig {
   name: string;
   mode: MediatedMode;
@@ -127,6 +138,8 @@ export class Vgpu {
   private readonly host: VgpuHost;
   private readonly engine: Engine;
   private readonly irq: Interrupts;
+  /** Mediation events go here when set (vugpu serve --trace). */
+  observer: VgpuObserver | null = null;
   private guestMem: GuestMemory | null = null;
   private msix: (vector: number) => void = () => {};
 
@@ -150,11 +163,13 @@ export class Vgpu {
     this.mmu = new ShadowMmu({
       vram: this.engine.vram, slice: cfg.slice, guest: () => this.guestMem, busIndex: cfg.index,
       host: host.hostArea, counters: this.counters, log: cfg.log,
+      rebuilt: (ptes, pd) => this.observer?.shadowRebuild(ptes, pd),
     });
     this.pv = this.traits.pv
       ? new PvPage({
         mmu: this.mmu, guest: () => this.guestMem, vramAlloc: this.vramAlloc, counters: this.counters, log: cfg.log,
         reg: (a) => this.view.regs.get(a), setReg: (a, v) => this.view.regs.set(a, v),
+        called: (op, count, result) => this.observer?.hypercall(op, count, result),
       })
       : null;
     this.view = new RegisterView(this.rows(), this.ranges(), this.engine);
@@ -578,6 +593,7 @@ export class Vgpu {
 
   private doorbell(vchid: number): void {
     this.counters.doorbells++;
+    this.observer?.doorbell(vchid);
     const vc = this.s.channels[vchid];
     if (!vc || vc.pchid < 0) return; // the engine ignores doorbells to unbound channels too
     this.queue(vchid);
@@ -621,6 +637,7 @@ export class Vgpu {
     if ((w & MMU_FLUSH_GO) === 0) return;
     this.counters.tlbFlushes++;
     const pd = (w & MMU_FLUSH_ALL_PDB) !== 0 ? null : this.view.regs.get(MMU_FLUSH_PDB) * 256;
+    this.observer?.tlbFlush(pd);
     this.mmu.flush(pd, this.traits.eagerShadow);
   }
 
@@ -635,6 +652,7 @@ export class Vgpu {
 
   /** Virtual channel vchid entered the error state (MMU faults: code 16, no CHAN_ERROR irq). */
   channelError(vchid: number, code: number): void {
+    this.observer?.channelError(vchid, code);
     const vc = this.s.channels[vchid];
     if (vc) vc.enable = false;
     this.view.regs.setBits(PFIFO_ERR_PENDING + 4 * (vchid >> 5), 1 << (vchid & 31));
@@ -648,6 +666,7 @@ export class Vgpu {
    * the guest clears VALID), then its fault vector. */
   fault(f: FaultRecord, vchid: number): void {
     this.counters.faults++;
+    this.observer?.fault(vchid, f.va, f.reason, f.write, f.unit);
     // A not-present fault may come from a mapping the guest made without a flush: resync the
     // shadow at the channel's next doorbell, so a retry after the rebind sees it.
     const vc = this.s.channels[vchid];
