@@ -54,12 +54,18 @@ export interface NativeAddon {
   /** one sendmsg with the whole buffer and its fds (SCM_RIGHTS), MSG_NOSIGNAL; loops on partial
    * writes (fds go with the first chunk). On a full non-blocking socket it polls for room for up
    * to 2 s rather than split a message: then -EAGAIN if nothing was sent, -ETIMEDOUT if only part
-   * was (the stream is out of frame). Returns bytes or -errno. */
-  sendmsg(fd: number, data: Uint8Array, fds?: number[]): number;
+   * was (the stream is out of frame). Returns bytes or -errno.
+   * With waitMs (0..60000) it waits at most that long and a partial send returns the byte count
+   * (< data.length; the fds went with it): waitMs 0 never blocks, for event-loop servers that
+   * queue the rest and wait for writability (watch events 2). */
+  sendmsg(fd: number, data: Uint8Array, fds?: number[], waitMs?: number): number;
   close(fd: number): number;
-  /** uv_poll on the JS thread; cb(status, events) with events bit 1 = readable, 4 = disconnect.
-   * An exception thrown by cb goes to process 'uncaughtException'. */
-  watch(fd: number, cb: (status: number, events: number) => void): number;
+  /** uv_poll on the JS thread; cb(status, events) with events bit 1 = readable, 2 = writable,
+   * 4 = disconnect. `events` chooses what to wait for (1 readable (default), 2 writable, 3 both;
+   * disconnect always). An exception thrown by cb goes to process 'uncaughtException'. */
+  watch(fd: number, cb: (status: number, events: number) => void, events?: number): number;
+  /** Change what a watcher waits for (1 readable, 2 writable, 3 both); no-op once unwatched. */
+  watchEvents(handle: number, events: number): void;
   /** Stop a watcher; idempotent and safe inside its own callback. Unwatch before closing the fd. */
   unwatch(handle: number): void;
 

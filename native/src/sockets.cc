@@ -211,6 +211,15 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
     ThrowRangeError(env, "fds need at least one data byte to travel with");
     return env.Undefined();
   }
+  // Optional waitMs: how long to wait for room. Given explicitly, a partial send returns the
+  // byte count (the caller queues the rest) instead of -ETIMEDOUT; waitMs 0 never waits, so an
+  // event-loop server is never stalled by a peer that stops reading.
+  int64_t waitMs = kSendWaitMs;
+  bool partialOk = false;
+  if (info.Length() > 3 && !info[3].IsUndefined()) {
+    if (!ArgInt(info, 3, "waitMs", 0, 60000, &waitMs)) return env.Undefined();
+    partialOk = true;
+  }
   alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
   size_t sent = 0;
   uint64_t deadline = 0;
@@ -237,9 +246,11 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       uint64_t now = NowNs();
-      if (deadline == 0) deadline = now + uint64_t(kSendWaitMs) * 1000000;
+      if (deadline == 0) deadline = now + uint64_t(waitMs) * 1000000;
       if (now >= deadline) {
-        // Nothing sent: the caller may retry. Partly sent: the stream is now out of frame.
+        // Nothing sent: the caller may retry. Partly sent: the stream is out of frame unless
+        // the caller asked for partial counts (and sends the rest itself).
+        if (sent > 0 && partialOk) return Napi::Number::New(env, double(sent));
         return Errno(env, sent == 0 ? EAGAIN : ETIMEDOUT);
       }
       pollfd p{fd, POLLOUT, 0};
@@ -329,6 +340,10 @@ Napi::Value WatchFd(const Napi::CallbackInfo& info) {
   int fd;
   Napi::Function cb;
   if (!ArgFd(info, 0, &fd) || !ArgFunction(info, 1, "cb", &cb)) return env.Undefined();
+  int64_t events = UV_READABLE;
+  if (info.Length() > 2 && !info[2].IsUndefined() &&
+      !ArgInt(info, 2, "events", 1, UV_READABLE | UV_WRITABLE, &events))
+    return env.Undefined();
   uv_loop_t* loop = nullptr;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok || !loop) {
     Napi::Error::New(env, "watch: no event loop").ThrowAsJavaScriptException();
@@ -345,7 +360,7 @@ Napi::Value WatchFd(const Napi::CallbackInfo& info) {
   w->poll.data = w;
   w->cb = Napi::Persistent(cb);
   napi_async_init(env, nullptr, Napi::String::New(env, "vugpu.watch"), &w->actx);
-  r = uv_poll_start(&w->poll, UV_READABLE | UV_DISCONNECT, OnPoll);
+  r = uv_poll_start(&w->poll, int(events) | UV_DISCONNECT, OnPoll);
   if (r < 0) {
     w->closing = true;
     uv_close(reinterpret_cast<uv_handle_t*>(&w->poll), OnWatchClosed);
@@ -367,9 +382,26 @@ Napi::Value Unwatch(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// Change what a watcher waits for (1 readable, 2 writable, or both), e.g. writable while a
+// message waits for room in the socket, readable again once it is out.
+Napi::Value WatchEvents(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t id;
+  int64_t events;
+  if (!ArgInt(info, 0, "handle", 0, UINT32_MAX, &id) ||
+      !ArgInt(info, 1, "events", 1, UV_READABLE | UV_WRITABLE, &events))
+    return env.Undefined();
+  auto it = g_watches.find(uint32_t(id));
+  if (it == g_watches.end()) return env.Undefined();  // closed: nothing to change
+  int r = uv_poll_start(&it->second->poll, int(events) | UV_DISCONNECT, OnPoll);
+  if (r < 0) ThrowErrno(env, "uv_poll_start", -r);
+  return env.Undefined();
+}
+
 }  // namespace
 
 void RegisterSockets(Napi::Env env, Napi::Object exports) {
+  exports.Set("watchEvents", Napi::Function::New(env, WatchEvents, "watchEvents"));
   exports.Set("listenUnix", Napi::Function::New(env, ListenUnix, "listenUnix"));
   exports.Set("accept", Napi::Function::New(env, Accept, "accept"));
   exports.Set("connectUnix", Napi::Function::New(env, ConnectUnix, "connectUnix"));

@@ -77,6 +77,7 @@ export class MessageFramer {
   private readonly maxFds: number;
   private readonly msg: IncomingMessage;
   private failed = false;
+  private paused = false;
 
   constructor(opts: FramerOptions) {
     this.maxMessageSize = opts.maxMessageSize;
@@ -255,8 +256,21 @@ export class MessageFramer {
       this.start += size;
       this.consumed += size;
       deliver(m);
-      if (this.failed) return; // the handler closed the connection
+      if (this.failed || this.paused) return; // the handler closed the connection or paused us
     }
+  }
+
+  /** Stop delivering after the current message (the owner cannot reply for now); received
+   * bytes stay buffered. */
+  pause(): void {
+    this.paused = true;
+  }
+
+  /** Deliver what was held back by pause(). Throws FramingError like commit(). */
+  resume(deliver: (msg: IncomingMessage) => void): void {
+    if (!this.paused || this.failed) return;
+    this.paused = false;
+    this.drain(deliver);
   }
 
   /** Stop delivering: the owner is closing. */

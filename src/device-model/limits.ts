@@ -7,6 +7,8 @@
 //     (max_data_xfer_size), see framing.ts;
 //   - IRQ fds: one per declared vector, and they must be eventfds (a socket or pipe could block
 //     the thread that writes to it);
+//   - the shared thread: replies never wait for a client to read them; they are queued (one at
+//     a time: requests wait meanwhile) and a client that leaves them unread is dropped;
 //   - log lines: rejections are logged within a per-connection budget (LogBudget).
 
 export interface ServerLimits {
@@ -16,6 +18,9 @@ export interface ServerLimits {
   /** Distinct files (fds held) behind one client's DMA maps; maps of the same file share one
    * fd (QEMU maps one memfd in ~70 pieces). */
   dmaFiles: number;
+  /** A reply the client leaves unread (socket full) for this long drops the client; meanwhile
+   * its requests are not handled and nothing waits on the shared thread. */
+  unreadReplyMs: number;
   /** Warning lines per connection: burst, then this many per second (the rest are counted). */
   logBurst: number;
   logPerSecond: number;
@@ -24,6 +29,7 @@ export interface ServerLimits {
 export const DEFAULT_LIMITS: ServerLimits = {
   dmaBytes: 2 ** 40, // 1 TiB
   dmaFiles: 64,
+  unreadReplyMs: 5000,
   logBurst: 50,
   logPerSecond: 10,
 };

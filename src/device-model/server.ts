@@ -121,7 +121,13 @@ export class Listener {
       this.connections++;
       const name = `${this.path}#${this.connections}`;
       const caps = this.server.caps;
-      const transport = new SocketTransport(fd, { name, maxMessageSize: maxMessageSize(caps), maxFdsPerMessage: caps.maxMsgFds });
+      const transport = new SocketTransport(fd, {
+        name,
+        maxMessageSize: maxMessageSize(caps),
+        maxFdsPerMessage: caps.maxMsgFds,
+        queueSends: true, // never wait on a client: this thread serves every VM
+        unreadTimeoutMs: this.server.limits.unreadReplyMs,
+      });
       const ep = new Endpoint(this.device, transport, {
         caps,
         limits: this.server.limits,

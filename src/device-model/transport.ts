@@ -26,9 +26,10 @@ export interface Transport {
   readonly name: string;
   readonly closed: boolean;
   start(sink: TransportSink): void;
-  /** Send one whole message (header + payload) and its fds in one sendmsg. The caller keeps
-   * ownership of the fds (the kernel duplicates them). Returns false if the stream failed;
-   * the transport is closed then. */
+  /** Send one whole message (header + payload) and its fds. The caller keeps ownership of the
+   * fds (the kernel duplicates them; a transport that queues a message keeps using them until
+   * it is out, so they must stay open). Returns false if the stream failed; the transport is
+   * closed then. `data` may be reused by the caller once this returns. */
   send(data: Uint8Array, fds?: number[]): boolean;
   close(message?: string): void;
   /** Process whatever is readable now (pending messages, EOF) without waiting for the poller. */
@@ -40,7 +41,26 @@ export interface SocketTransportOptions {
   maxMessageSize: number;
   /** Most fds one message may carry (the rest are closed and the message flagged). */
   maxFdsPerMessage?: number;
+  /**
+   * Never wait for room in the socket (a server on the shared JS thread): a message that does
+   * not fit is queued with its fds (which must stay open until it is out), incoming messages
+   * are not handled until the queue is out (so it holds at most one reply), and a peer that
+   * leaves it unread for `unreadTimeoutMs` is dropped. Default false: send waits for room
+   * (up to 2 s, then the connection fails), as a client may.
+   */
+  queueSends?: boolean;
+  /** With queueSends: how long a queued message may wait without progress (default 5000). */
+  unreadTimeoutMs?: number;
 }
+
+interface Queued {
+  data: Uint8Array; // a copy
+  fds: number[] | undefined; // sent with the first byte
+  sent: number;
+}
+
+const READABLE = 1;
+const WRITABLE = 2;
 
 // Bound on recvmsg calls per readiness callback, so one busy connection cannot starve the
 // others on the JS thread (uv_poll is level-triggered: we are called again).
@@ -56,6 +76,10 @@ export class SocketTransport implements Transport {
   private watchHandle = -1;
   private sink: TransportSink | null = null;
   private isClosed = false;
+  private readonly queueSends: boolean;
+  private readonly unreadTimeoutMs: number;
+  private readonly queue: Queued[] = [];
+  private stallTimer: NodeJS.Timeout | null = null;
   private readonly deliver = (msg: IncomingMessage): void => {
     this.sink!.onMessage(msg);
   };
@@ -64,6 +88,15 @@ export class SocketTransport implements Transport {
     this.fd = fd;
     this.name = opts.name;
     this.framer = new MessageFramer({ maxMessageSize: opts.maxMessageSize, maxFdsPerMessage: opts.maxFdsPerMessage });
+    this.queueSends = opts.queueSends ?? false;
+    this.unreadTimeoutMs = opts.unreadTimeoutMs ?? 5000;
+  }
+
+  /** Bytes of queued messages not yet in the socket (queueSends only). */
+  get queuedBytes(): number {
+    let n = 0;
+    for (const q of this.queue) n += q.data.length - q.sent;
+    return n;
   }
 
   get closed(): boolean {
@@ -78,12 +111,75 @@ export class SocketTransport implements Transport {
 
   send(data: Uint8Array, fds?: number[]): boolean {
     if (this.isClosed) return false;
-    const r = native.sendmsg(this.fd, data, fds !== undefined && fds.length > 0 ? fds : undefined);
+    const withFds = fds !== undefined && fds.length > 0 ? fds : undefined;
+    if (!this.queueSends) {
+      const r = native.sendmsg(this.fd, data, withFds);
+      if (r === data.length) return true;
+      // The addon waits (bounded) for buffer space; anything short of a whole message leaves
+      // the stream out of frame, so the connection is over.
+      return this.failSend(r);
+    }
+    if (this.queue.length > 0) {
+      this.enqueue(data, withFds, 0);
+      return true;
+    }
+    const r = native.sendmsg(this.fd, data, withFds, 0);
     if (r === data.length) return true;
-    // The addon waits (bounded) for buffer space; anything short of a whole message leaves the
-    // stream out of frame, so the connection is over.
+    if (r === -EAGAIN) this.enqueue(data, withFds, 0);
+    else if (r > 0) this.enqueue(data, undefined, r); // the fds went with the first bytes
+    else return this.failSend(r);
+    return true;
+  }
+
+  private failSend(r: number): false {
     this.shutdown({ kind: 'error', message: `sendmsg failed (${r})`, errno: r < 0 ? -r : undefined });
     return false;
+  }
+
+  /** The peer is not reading: keep the rest of the message, stop handling its requests, wait
+   * for room (and drop the peer if none comes). */
+  private enqueue(data: Uint8Array, fds: number[] | undefined, sent: number): void {
+    this.queue.push({ data: data.slice(), fds: fds?.slice(), sent });
+    if (this.queue.length > 1) return;
+    this.framer.pause();
+    if (this.watchHandle >= 0) native.watchEvents(this.watchHandle, WRITABLE);
+    this.armStallTimer();
+  }
+
+  private armStallTimer(): void {
+    if (this.stallTimer !== null) clearTimeout(this.stallTimer);
+    this.stallTimer = setTimeout(() => {
+      this.stallTimer = null;
+      this.shutdown({ kind: 'error', message: `peer left ${this.queuedBytes} bytes of replies unread for ${this.unreadTimeoutMs} ms` });
+    }, this.unreadTimeoutMs);
+    this.stallTimer.unref();
+  }
+
+  /** Writable again: send what is queued; once it is out, handle requests again. */
+  private flush(): void {
+    while (this.queue.length > 0 && !this.isClosed) {
+      const q = this.queue[0]!;
+      const r = native.sendmsg(this.fd, q.data.subarray(q.sent), q.sent === 0 ? q.fds : undefined, 0);
+      if (r === -EAGAIN) return;
+      if (r <= 0) {
+        this.failSend(r);
+        return;
+      }
+      q.sent += r;
+      this.armStallTimer(); // progress: the peer is reading
+      if (q.sent < q.data.length) return;
+      this.queue.shift();
+    }
+    if (this.isClosed) return;
+    if (this.stallTimer !== null) clearTimeout(this.stallTimer);
+    this.stallTimer = null;
+    if (this.watchHandle >= 0) native.watchEvents(this.watchHandle, READABLE);
+    // Messages already read but held back; handling them may queue a reply (and pause) again.
+    try {
+      this.framer.resume(this.deliver);
+    } catch (err) {
+      this.onCommitError(err);
+    }
   }
 
   close(message = 'closed locally'): void {
@@ -91,11 +187,18 @@ export class SocketTransport implements Transport {
   }
 
   pump(): void {
-    if (this.sink !== null) this.onReady(0, 1);
+    if (this.sink !== null) this.onReady(0, this.queue.length > 0 ? WRITABLE : READABLE);
   }
 
-  private onReady(status: number, _events: number): void {
+  private onReady(status: number, events: number): void {
     if (this.isClosed) return;
+    if (this.queue.length > 0) {
+      // Only writability matters while a reply waits (requests are not read meanwhile); a
+      // peer that went away shows up as a send error.
+      if ((events & WRITABLE) !== 0 || status < 0) this.flush();
+      if (status < 0) this.shutdown({ kind: 'error', message: `poll error ${status}`, errno: -status });
+      return;
+    }
     // libuv reports EPOLLERR as UV_EBADF and stops the watcher. For a UNIX socket that means
     // the peer went away with data unread (ECONNRESET): read what is left, which yields the
     // real error or EOF, then close in any case.
@@ -104,7 +207,7 @@ export class SocketTransport implements Transport {
   }
 
   private readSome(maxReads: number): void {
-    for (let i = 0; i < maxReads && !this.isClosed; i++) {
+    for (let i = 0; i < maxReads && !this.isClosed && this.queue.length === 0; i++) {
       const space = this.framer.space();
       const n = native.recvmsg(this.fd, space, this.fdsOut);
       if (n === -EAGAIN) return;
@@ -126,12 +229,7 @@ export class SocketTransport implements Transport {
       try {
         this.framer.commit(n, fds, this.deliver);
       } catch (err) {
-        if (err instanceof FramingError) {
-          this.shutdown({ kind: 'framing', message: err.message });
-        } else {
-          logger.error({ err, transport: this.name }, 'message handler threw; dropping connection');
-          this.shutdown({ kind: 'error', message: `handler error: ${(err as Error).message}` });
-        }
+        this.onCommitError(err);
         return;
       }
       // A short read means drained (or stopped at an fd boundary: poll calls again).
@@ -139,9 +237,21 @@ export class SocketTransport implements Transport {
     }
   }
 
+  private onCommitError(err: unknown): void {
+    if (err instanceof FramingError) {
+      this.shutdown({ kind: 'framing', message: err.message });
+    } else {
+      logger.error({ err, transport: this.name }, 'message handler threw; dropping connection');
+      this.shutdown({ kind: 'error', message: `handler error: ${(err as Error).message}` });
+    }
+  }
+
   private shutdown(reason: CloseReason): void {
     if (this.isClosed) return;
     this.isClosed = true;
+    if (this.stallTimer !== null) clearTimeout(this.stallTimer);
+    this.stallTimer = null;
+    this.queue.length = 0;
     this.framer.fail();
     if (this.watchHandle >= 0) native.unwatch(this.watchHandle);
     this.watchHandle = -1;

@@ -1,7 +1,9 @@
 // What a hostile client can make the server hold, through a real server socket: DMA maps
 // (count, bytes, files), fds per message, interrupt fds that could block the JS thread, the
 // receive buffer, and log lines. Each limit is hit and the connection keeps working after.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, mkdtempSync, rmSync, writeSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -13,10 +15,12 @@ import { MessageFramer } from '../../src/device-model/framing.ts';
 import { LogBudget } from '../../src/device-model/limits.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { DEFAULT_SERVER_CAPS } from '../../src/device-model/version.ts';
-import { Command, Errno, IrqSetFlag, encodeMessage } from '../../src/device-model/protocol.ts';
+import { Command, Errno, IrqSetFlag, encodeMessage, encodeRegionAccess, encodeVersion } from '../../src/device-model/protocol.ts';
 import { countFds, makeTestDevice, memfdWith, uniqueName, until, type TestDevice } from './helpers.ts';
 
 const MiB = 1 << 20;
+const here = path.dirname(fileURLToPath(import.meta.url));
+const children: ChildProcess[] = [];
 let dir: string;
 let server: Server;
 let clients: VfioUserClient[] = [];
@@ -26,6 +30,7 @@ beforeEach(() => {
 });
 
 afterEach(() => {
+  for (const ch of children.splice(0)) ch.kill('SIGKILL');
   for (const c of clients) c.close();
   clients = [];
   server?.close();
@@ -199,6 +204,98 @@ describe('fds and interrupts', () => {
     expect(t.device.irq.stats[0]).toMatchObject({ errors: 1, delivered: 0 });
     expect(t.device.irq.isPending(0)).toBe(true);
     native.close(efd);
+  });
+});
+
+describe('a client that stops reading its replies', () => {
+  it('does not stall the thread that serves the other VMs; it is dropped once its replies stay unread', async () => {
+    server = new Server({ limits: { unreadReplyMs: 1500 } });
+    const hostile = makeTestDevice();
+    const other = makeTestDevice();
+    const sh = path.join(dir, 'hostile.sock');
+    const so = path.join(dir, 'other.sock');
+    const lh = server.listen(sh, hostile.device);
+    server.listen(so, other.device);
+    const vm2 = VfioUserClient.connect(so);
+    clients.push(vm2);
+    await vm2.version();
+    const gone = lh.idle();
+    let dropped = false;
+    void gone.then(() => (dropped = true));
+    // 16 × 64 KiB of replies nobody reads: far more than a socket buffer holds. The other VM's
+    // register reads are timed from before the child connects until well after.
+    const ch = spawn(process.execPath, [path.join(here, 'fixtures', 'slow-reader.ts'), sh, '16'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(ch);
+    let sent = false;
+    ch.stdout!.on('data', (d: Buffer) => (sent ||= d.toString().includes('sent')));
+    let worst = 0; // longest time between two successive reads of the other VM (5 ms apart)
+    const t0 = performance.now();
+    let last = t0;
+    while (performance.now() - t0 < 3500) {
+      expect(await vm2.read32(0, 0x40)).toBe(0);
+      const now = performance.now();
+      worst = Math.max(worst, now - last);
+      last = now;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(sent).toBe(true);
+    console.log(`other VM: longest gap between register reads ${worst.toFixed(1)} ms while a client left its replies unread`);
+    expect(worst).toBeLessThan(250); // the addon's blocking send used to stall it ~2000 ms
+    expect(dropped).toBe(true); // after unreadReplyMs
+  });
+});
+
+describe('a client that reads its replies late', () => {
+  it('gets every reply, whole and in order, once it reads; requests wait meanwhile', async () => {
+    server = new Server();
+    const t = makeTestDevice();
+    const sock = path.join(dir, 'late.sock');
+    const l = server.listen(sock, t.device);
+    // BAR1 (memfd, 64 KiB) holds a pattern every reply must carry.
+    const pattern = new Uint8Array(0x10000).map((_, i) => (i * 7 + (i >> 8)) & 0xff);
+    expect(native.pwrite(t.vramFd, pattern, 0)).toBe(pattern.length);
+    const fd = native.connectUnix(sock, true);
+    const version = encodeMessage({ msgId: 1, command: Command.VERSION }, encodeVersion({ major: 0, minor: 0, json: '{}' }));
+    expect(native.sendmsg(fd, version)).toBe(version.length);
+    const n = 16;
+    for (let i = 0; i < n; i++) {
+      const req = encodeMessage({ msgId: 100 + i, command: Command.REGION_READ }, encodeRegionAccess({ offset: 0, region: 1, count: 0x10000, data: new Uint8Array(0) }));
+      expect(native.sendmsg(fd, req)).toBe(req.length);
+    }
+    // A write after the reads: it must not be applied before the reads are answered.
+    const write = encodeMessage({ msgId: 200, command: Command.REGION_WRITE }, encodeRegionAccess({ offset: 0, region: 1, count: 4, data: new Uint8Array([1, 2, 3, 4]) }));
+    expect(native.sendmsg(fd, write)).toBe(write.length);
+    await new Promise((r) => setTimeout(r, 300)); // not reading: the server queues and waits
+    expect(l.endpoint).not.toBeNull();
+    expect(native.pread(t.vramFd, new Uint8Array(4), 0)).toBe(4);
+    const head = new Uint8Array(4);
+    native.pread(t.vramFd, head, 0);
+    expect(Array.from(head)).toEqual(Array.from(pattern.subarray(0, 4))); // the write still waits
+    // Now read everything.
+    const got = new Uint8Array(2 * MiB);
+    const dv = new DataView(got.buffer);
+    let have = 0;
+    const fdsOut = new Int32Array(2);
+    const deadline = Date.now() + 5000;
+    const want = (): number => (have >= 8 ? dv.getUint32(4, true) : 16) + n * (32 + 0x10000) + 32;
+    while (have < want() && Date.now() < deadline) {
+      const r = native.recvmsg(fd, got.subarray(have), fdsOut);
+      if (r > 0) have += r;
+      else await new Promise((res) => setTimeout(res, 1));
+    }
+    native.close(fd);
+    expect(have).toBe(want());
+    let at = dv.getUint32(4, true); // skip the VERSION reply
+    for (let i = 0; i < n; i++) {
+      expect(dv.getUint16(at, true)).toBe(100 + i);
+      expect(dv.getUint32(4 + at, true)).toBe(32 + 0x10000);
+      expect(dv.getUint32(8 + at, true)).toBe(1); // a success reply
+      expect(got.subarray(at + 32, at + 32 + 0x10000)).toEqual(pattern);
+      at += 32 + 0x10000;
+    }
+    expect(dv.getUint16(at, true)).toBe(200);
+    expect(at + 32).toBe(have);
+    await l.idle();
   });
 });
 
