@@ -10,26 +10,28 @@ import { Interrupts } from '../gpu/irq.ts';
 import { fnv1a } from '../gpu/diag.ts';
 import { RangeAllocator } from './alloc.ts';
 import { newCounters, type VgpuCounters } from './counters.ts';
-import { GuestRanges, busAddress, type GuestMemory } from './guest-memory.ts';
+import { GuestRanges, type GuestMemory } from './guest-memory.ts';
 import { MODES, type MediatedMode, type ModeTraits } from './modes.ts';
 import { PvPage } from './pv.ts';
 import { RegisterView, type ViewRange, type ViewRow } from './regview.ts';
-import { ShadowMmu, type ShadowSpace, type Slice } from './shadow-mmu.ts';
+import { ShadowMmu, type Slice } from './shadow-mmu.ts';
+import { ShadowChannels, type VChannel } from './shadow-channels.ts';
+
+export type { VChannel };
 import {
-  BAR1_INST, CHAN_ERR, CHAN_INST_MASK, CHAN_VALID, DIAG_DMA_ADDR_HI, DIAG_DMA_ADDR_LO,
-  DIAG_DMA_CTRL, DIAG_DMA_ERROR, DIAG_DMA_FNV, DIAG_DMA_LEN, DIAG_DMA_MAX, DIAG_DMA_STATUS,
-  DIAG_DMA_VRAM_OFF, DIAG_IRQ_COUNT, DIAG_IRQ_FIRE, DIAG_MAGIC, DIAG_SCRATCH0, DIAG_VRAM_OFF,
-  DIAG_VRAM_PEEK, DIAG_VRAM_POKE, DOORBELL, FAULT, INST, INST_SIZE, IRQ_MMU_FAULT, MMU_FAULT_ADDR_HI,
-  MMU_FAULT_ADDR_LO, MMU_FAULT_CHID, MMU_FAULT_INFO, MMU_FAULT_STATUS, MMU_FAULT_STATUS_OVERFLOW,
-  MMU_FAULT_STATUS_VALID, MMU_FLUSH_ALL_PDB, MMU_FLUSH_GO, MMU_FLUSH_PDB, MMU_FLUSH_STATUS,
-  MMU_FLUSH_STATUS_VALUE, MMU_FLUSH_TRIGGER, MSIX_VECTORS, PFB_PART_COUNT, PFB_PART_SIZE_MB,
-  PFIFO_CHAN, PFIFO_CHAN_COUNT, PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_INFO, PFIFO_CHAN_STATE,
-  PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING, PFIFO_INTR, PFIFO_INTR_CHAN_ERROR, PFIFO_INTR_EN,
-  PFIFO_INTR_FENCE, PFIFO_INTR_RUNLIST_ERROR, PFIFO_PREEMPT, PFIFO_PREEMPT_PENDING,
-  PFIFO_RUNLIST_BASE, PFIFO_RUNLIST_STATUS, PFIFO_RUNLIST_SUBMIT, PGRAPH_STATUS, PMC_BOOT_0,
-  PMC_ENABLE, PMC_ENABLE_PFIFO, PMC_ENABLE_RESET, PMC_INTR, PMC_INTR_EN, PRAMIN_BASE,
-  PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE, PTIMER_TIME_0, PTIMER_TIME_1, STATE_BUSY, STATE_ENABLE,
-  STATE_ERROR, TARGET_SYSMEM, TARGET_SYSMEM_NC, TARGET_VRAM, USERD_SIZE,
+  BAR1_INST, CHAN_ERR, DIAG_DMA_ADDR_HI, DIAG_DMA_ADDR_LO, DIAG_DMA_CTRL, DIAG_DMA_ERROR,
+  DIAG_DMA_FNV, DIAG_DMA_LEN, DIAG_DMA_MAX, DIAG_DMA_STATUS, DIAG_DMA_VRAM_OFF, DIAG_IRQ_COUNT,
+  DIAG_IRQ_FIRE, DIAG_MAGIC, DIAG_SCRATCH0, DIAG_VRAM_OFF, DIAG_VRAM_PEEK, DIAG_VRAM_POKE,
+  DOORBELL, FAULT, IRQ_MMU_FAULT, MMU_FAULT_ADDR_HI, MMU_FAULT_ADDR_LO, MMU_FAULT_CHID,
+  MMU_FAULT_INFO, MMU_FAULT_STATUS, MMU_FAULT_STATUS_OVERFLOW, MMU_FAULT_STATUS_VALID,
+  MMU_FLUSH_ALL_PDB, MMU_FLUSH_GO, MMU_FLUSH_PDB, MMU_FLUSH_STATUS, MMU_FLUSH_STATUS_VALUE,
+  MMU_FLUSH_TRIGGER, MSIX_VECTORS, PFB_PART_COUNT, PFB_PART_SIZE_MB, PFIFO_CHAN, PFIFO_CHAN_COUNT,
+  PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_INFO, PFIFO_CHAN_STATE, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING,
+  PFIFO_INTR, PFIFO_INTR_CHAN_ERROR, PFIFO_INTR_EN, PFIFO_INTR_FENCE, PFIFO_INTR_RUNLIST_ERROR,
+  PFIFO_PREEMPT, PFIFO_PREEMPT_PENDING, PFIFO_RUNLIST_BASE, PFIFO_RUNLIST_STATUS,
+  PFIFO_RUNLIST_SUBMIT, PGRAPH_STATUS, PMC_BOOT_0, PMC_ENABLE, PMC_ENABLE_PFIFO, PMC_ENABLE_RESET,
+  PMC_INTR, PMC_INTR_EN, PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE, PTIMER_TIME_0,
+  PTIMER_TIME_1, STATE_ENABLE,
 } from '../gpu/spec.ts';
 
 const RO = 0xffffffff;
@@ -37,9 +39,6 @@ const TWO32 = 0x1_0000_0000;
 const EFAULT = 14;
 const EINVAL = 22;
 const EIO = 5;
-/** An instance-block TARGET the engine rejects: a shadow field the guest got wrong becomes this,
- * so the engine reports BAD_INSTANCE on the physical channel and the error is routed back. */
-const TARGET_INVALID = 1;
 
 /** What a vGPU needs from the aggregator (physical resources shared by all VMs). */
 export interface VgpuHost {
@@ -85,22 +84,6 @@ export interface VgpuConfig {
   counters?: VgpuCounters;
 }
 
-/** A virtual channel (plain data). */
-export interface VChannel {
-  /** Physical channel, or −1 while unbound (or refused). */
-  pchid: number;
-  /** The guest's STATE.ENABLE. */
-  enable: boolean;
-  /** Error code/info of a bind the aggregator refused itself (pool exhausted); 0 otherwise. */
-  error: number;
-  errorInfo: number;
-  /** Key of the shadow address space in use. */
-  space: string | null;
-  onRunlist: boolean;
-  /** A doorbell is queued for dispatch. */
-  queued: boolean;
-}
-
 export interface VgpuState {
   channels: VChannel[];
   /** The guest runlist as last submitted (virtual chids). */
@@ -115,10 +98,6 @@ export interface VgpuState {
   held: number;
 }
 
-function newChannel(): VChannel {
-  return { pchid: -1, enable: false, error: 0, errorInfo: 0, space: null, onRunlist: false, queued: false };
-}
-
 export class Vgpu {
   readonly name: string;
   readonly mode: MediatedMode;
@@ -131,6 +110,7 @@ export class Vgpu {
   readonly s: VgpuState;
   readonly view: RegisterView;
   readonly mmu: ShadowMmu;
+  readonly chans: ShadowChannels;
   readonly pv: PvPage | null;
   /** PV MEM_ALLOC allocator over the slice (guest view). */
   readonly vramAlloc: RangeAllocator;
@@ -155,16 +135,22 @@ export class Vgpu {
     this.weight = cfg.weight;
     this.log = cfg.log;
     this.counters = cfg.counters ?? newCounters();
-    this.s = {
-      channels: Array.from({ length: cfg.channels }, newChannel),
-      runlist: [], pfifoEnabled: true, timeHi: 0, queue: [], held: 0,
-    };
+    this.s = { channels: [], runlist: [], pfifoEnabled: true, timeHi: 0, queue: [], held: 0 };
     this.vramAlloc = new RangeAllocator(0, cfg.slice.size, 4096);
     this.mmu = new ShadowMmu({
       vram: this.engine.vram, slice: cfg.slice, guest: () => this.guestMem, busIndex: cfg.index,
       host: host.hostArea, counters: this.counters, log: cfg.log,
       rebuilt: (ptes, pd) => this.observer?.shadowRebuild(ptes, pd),
     });
+    this.chans = new ShadowChannels({
+      engine: this.engine, host, allocChid: (vchid) => host.allocChid(this, vchid), slice: cfg.slice,
+      index: cfg.index, mmu: this.mmu, guest: () => this.guestMem, pfifoEnabled: () => this.s.pfifoEnabled,
+      counters: this.counters, log: cfg.log,
+      refused: (vchid, code) => this.channelError(vchid, code),
+      // A channel becoming runnable fetches GP_PUT: that is a submission for the scheduler.
+      becameRunnable: (vchid) => this.queue(vchid),
+    }, cfg.channels);
+    this.s.channels = this.chans.list;
     this.pv = this.traits.pv
       ? new PvPage({
         mmu: this.mmu, guest: () => this.guestMem, vramAlloc: this.vramAlloc, counters: this.counters, log: cfg.log,
@@ -272,8 +258,8 @@ export class Vgpu {
       },
       {
         addr: PFIFO_PREEMPT, name: 'PFIFO_PREEMPT', access: 'trap', reset: 0, ro: ~0x7f,
-        postWrite: (v) => this.preempt(v & 0x7f),
-        postRead: (v) => (this.preemptPending(v & 0x7f) ? v | PFIFO_PREEMPT_PENDING : v),
+        postWrite: (v) => this.chans.preempt(v & 0x7f),
+        postRead: (v) => (this.chans.preemptPending(v & 0x7f) ? v | PFIFO_PREEMPT_PENDING : v),
       },
       {
         addr: DOORBELL, name: 'DOORBELL', access: 'trap', reset: 0, ro: RO,
@@ -304,7 +290,7 @@ export class Vgpu {
       { addr: MMU_FAULT_CHID, name: 'MMU_FAULT_CHID', access: 'emulate', reset: 0, ro: RO },
       { addr: MMU_FAULT_INFO, name: 'MMU_FAULT_INFO', access: 'emulate', reset: 0, ro: RO },
       { addr: MMU_FAULT_STATUS, name: 'MMU_FAULT_STATUS', access: 'emulate', reset: 0, ro: ~3, w1c: 3 },
-      { addr: PGRAPH_STATUS, name: 'PGRAPH_STATUS', access: 'trap', reset: 0, ro: RO, postRead: () => (this.busy() ? 1 : 0) },
+      { addr: PGRAPH_STATUS, name: 'PGRAPH_STATUS', access: 'trap', reset: 0, ro: RO, postRead: () => (this.chans.busy() ? 1 : 0) },
       // PDIAG (docs/diag-block.md), resolved through the VM's DMA map and slice.
       { addr: DIAG_MAGIC, name: 'DIAG_MAGIC', access: 'pass', reset: 0, ro: RO },
       { addr: DIAG_DMA_ADDR_LO, name: 'DIAG_DMA_ADDR_LO', access: 'emulate', reset: 0 },
@@ -349,20 +335,20 @@ export class Vgpu {
       rows.push(
         {
           addr: PFIFO_CHAN_ERR + 8 * c, name: `PFIFO_CHAN_ERR${c}`, access: 'trap', reset: 0, ro: RO,
-          postRead: () => this.chanErr(c, PFIFO_CHAN_ERR),
+          postRead: () => this.chans.error(c, PFIFO_CHAN_ERR),
         },
         {
           addr: PFIFO_CHAN_ERR_INFO + 8 * c, name: `PFIFO_CHAN_ERR_INFO${c}`, access: 'trap', reset: 0, ro: RO,
-          postRead: () => this.chanErr(c, PFIFO_CHAN_ERR_INFO),
+          postRead: () => this.chans.error(c, PFIFO_CHAN_ERR_INFO),
         },
         {
           addr: PFIFO_CHAN + 8 * c, name: `PFIFO_CHAN${c}`, access: 'trap', reset: 0, ro: 0x70000000,
-          postWrite: (v) => this.bindChannel(c, v),
+          postWrite: (v) => this.chans.bind(c, v),
         },
         {
           addr: PFIFO_CHAN_STATE + 8 * c, name: `PFIFO_CHAN_STATE${c}`, access: 'trap', reset: 0, ro: ~STATE_ENABLE,
-          postWrite: (v) => this.setEnable(c, (v & STATE_ENABLE) !== 0),
-          postRead: () => this.chanState(c),
+          postWrite: (v) => this.chans.setEnable(c, (v & STATE_ENABLE) !== 0),
+          postRead: () => this.chans.state(c),
         },
       );
     }
@@ -379,119 +365,11 @@ export class Vgpu {
     }];
   }
 
-  // ---- channels ----
-
-  /** PFIFO_CHAN(vchid) written: bind (shadow the instance block) or unbind. */
-  private bindChannel(vchid: number, value: number): void {
-    const vc = this.s.channels[vchid]!;
-    if ((value & CHAN_VALID) === 0) {
-      this.unbind(vc);
-      return;
-    }
-    if (vc.pchid < 0) {
-      const pchid = this.host.allocChid(this, vchid);
-      if (pchid < 0) {
-        this.counters.poolExhausted++;
-        this.log.warn({ vm: this.name, vchid }, 'physical channel pool exhausted: bind refused');
-        this.refuse(vc, vchid, CHAN_ERR.BAD_INSTANCE);
-        return;
-      }
-      vc.pchid = pchid;
-    }
-    vc.error = 0;
-    vc.errorInfo = 0;
-    const old = vc.space;
-    const shadow = this.host.shadowInstance(vc.pchid);
-    const sp = this.shadowInstance((value & CHAN_INST_MASK) * 4096, shadow);
-    vc.space = sp ? sp.key : null;
-    if (old !== null) this.releaseSpace(old);
-    this.host.closeChannel(vc.pchid);
-    this.engine.mmioWrite(PFIFO_CHAN + 8 * vc.pchid, 4, (CHAN_VALID | shadow / 4096) >>> 0);
-    if (vc.onRunlist) this.host.runlistChanged();
-  }
-
-  private unbind(vc: VChannel): void {
-    if (vc.pchid >= 0) {
-      this.host.closeChannel(vc.pchid);
-      this.engine.mmioWrite(PFIFO_CHAN + 8 * vc.pchid, 4, 0);
-      this.host.freeChid(vc.pchid);
-      vc.pchid = -1;
-      if (vc.onRunlist) this.host.runlistChanged();
-    }
-    vc.enable = false;
-    vc.error = 0;
-    vc.errorInfo = 0;
-    if (vc.space !== null) this.releaseSpace(vc.space);
-    vc.space = null;
-  }
-
-  /** A bind the aggregator refused: the guest sees its channel in the error state. */
-  private refuse(vc: VChannel, vchid: number, code: number): void {
-    vc.error = code;
-    vc.errorInfo = 0;
-    vc.enable = false;
-    this.channelError(vchid, code);
-  }
-
-  /**
-   * Copy the guest's instance block into the channel's shadow instance block and rewrite what
-   * names memory: USERD (slice-shifted or a bus address after a DMA-map check) and the page
-   * directory (the shadow PD). A field the VM has no right to becomes an invalid TARGET, so the
-   * engine refuses the bind with BAD_INSTANCE. Returns the shadow space in use, or null.
-   */
-  private shadowInstance(inst: number, shadow: number): ShadowSpace | null {
-    const vram = this.engine.vram;
-    vram.u8.fill(0, shadow, shadow + INST_SIZE);
-    if (!(inst + INST_SIZE <= this.slice.size)) {
-      vram.write32(shadow + INST.USERD_LO, TARGET_INVALID);
-      return null;
-    }
-    const g = (o: number) => vram.read32(this.slice.base + inst + o);
-    const w = (o: number, v: number) => vram.write32(shadow + o, v);
-    for (const o of [INST.MAGIC, INST.GP_BASE_LO, INST.GP_BASE_HI, INST.LIMIT_LO, INST.LIMIT_HI]) w(o, g(o));
-
-    const uLo = g(INST.USERD_LO);
-    const uTarget = uLo & 3;
-    const uAddr = ((uLo & 0xfffffe00) >>> 0) + g(INST.USERD_HI) * TWO32;
-    const userd = this.physical(uTarget, uAddr, USERD_SIZE, true);
-    if (userd < 0) {
-      w(INST.USERD_LO, TARGET_INVALID);
-      return null;
-    }
-    w(INST.USERD_LO, ((userd % TWO32) | uTarget) >>> 0);
-    w(INST.USERD_HI, Math.floor(userd / TWO32));
-
-    const pLo = g(INST.PD_LO);
-    const pTarget = pLo & 3;
-    const pAddr = ((pLo & 0xfffff000) >>> 0) + g(INST.PD_HI) * TWO32;
-    const sp = pTarget === TARGET_INVALID ? null : this.mmu.acquire(pTarget, pAddr);
-    if (!sp) {
-      w(INST.PD_LO, TARGET_INVALID);
-      return null;
-    }
-    w(INST.PD_LO, (sp.pd | TARGET_VRAM) >>> 0);
-    w(INST.PD_HI, 0);
-    return sp;
-  }
-
-  /** Engine address of [addr, addr+len) of the VM's memory (VRAM: slice-shifted; sysmem: bus
-   * address after a DMA-map check), or −1. */
-  private physical(target: number, addr: number, len: number, write: boolean): number {
-    if (target === TARGET_VRAM) return addr >= 0 && addr + len <= this.slice.size ? this.slice.base + addr : -1;
-    if ((target !== TARGET_SYSMEM && target !== TARGET_SYSMEM_NC) || !this.guestMem) return -1;
-    const r = this.guestMem.translate(addr, len, write);
-    return r.ok ? busAddress(this.index, addr) : -1;
-  }
-
-  private releaseSpace(key: string): void {
-    const sp = this.mmu.spaces.get(key);
-    if (sp) this.mmu.release(sp);
-  }
+  // ---- channels (shadow-channels.ts) ----
 
   /** May the channel run when dispatched: bound, enabled by the guest, the VM's PFIFO on. */
   dispatchable(vchid: number): boolean {
-    const vc = this.s.channels[vchid];
-    return vc !== undefined && vc.pchid >= 0 && vc.enable && this.s.pfifoEnabled;
+    return this.chans.dispatchable(vchid);
   }
 
   /**
@@ -505,59 +383,6 @@ export class Vgpu {
     vc.queued = true;
     this.s.queue.push(vchid);
     this.s.held++;
-  }
-
-  /** The guest (or its PMC_ENABLE) stopped a channel: it must not fetch any more. */
-  private applyEnable(vc: VChannel): void {
-    if (vc.pchid >= 0 && !(vc.enable && this.s.pfifoEnabled)) this.host.closeChannel(vc.pchid);
-  }
-
-  private setEnable(vchid: number, on: boolean): void {
-    const vc = this.s.channels[vchid]!;
-    // A channel in the error state cannot be enabled (rebind to recover), as on the engine.
-    if (vc.error !== 0) return;
-    if (vc.pchid >= 0 && (this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * vc.pchid, 4) & STATE_ERROR) !== 0) {
-      vc.enable = false;
-      return;
-    }
-    const was = vc.enable;
-    vc.enable = on;
-    this.applyEnable(vc);
-    // A channel becoming runnable fetches GP_PUT: that is a submission for the scheduler.
-    if (on && !was && vc.onRunlist) this.queue(vchid);
-  }
-
-  private chanState(vchid: number): number {
-    const vc = this.s.channels[vchid]!;
-    const en = vc.enable ? STATE_ENABLE : 0;
-    if (vc.pchid < 0) return en | (vc.error ? STATE_ERROR : 0);
-    return ((this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * vc.pchid, 4) & ~STATE_ENABLE) | en) >>> 0;
-  }
-
-  private chanErr(vchid: number, reg: number): number {
-    const vc = this.s.channels[vchid]!;
-    if (vc.pchid < 0) return reg === PFIFO_CHAN_ERR ? vc.error : vc.errorInfo;
-    return this.engine.mmioRead(reg + 8 * vc.pchid, 4);
-  }
-
-  private busy(): boolean {
-    for (const vc of this.s.channels) {
-      if (vc.pchid >= 0 && (this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * vc.pchid, 4) & STATE_BUSY) !== 0) return true;
-    }
-    return false;
-  }
-
-  private preempt(vchid: number): void {
-    const vc = this.s.channels[vchid];
-    if (vc && vc.pchid >= 0) this.engine.mmioWrite(PFIFO_PREEMPT, 4, vc.pchid);
-  }
-
-  private preemptPending(vchid: number): boolean {
-    const vc = this.s.channels[vchid];
-    if (!vc || vc.pchid < 0) return false;
-    // PFIFO_PREEMPT stores the chid and reports PENDING for it; the write has no other effect.
-    this.engine.mmioWrite(PFIFO_PREEMPT, 4, vc.pchid);
-    return (this.engine.mmioRead(PFIFO_PREEMPT, 4) & PFIFO_PREEMPT_PENDING) !== 0;
   }
 
   /** The guest submitted its runlist: remember which virtual channels are on it. */
@@ -625,7 +450,7 @@ export class Vgpu {
   private setPfifoEnabled(on: boolean): void {
     if (on === this.s.pfifoEnabled) return;
     this.s.pfifoEnabled = on;
-    for (const vc of this.s.channels) this.applyEnable(vc);
+    for (const vc of this.s.channels) this.chans.applyEnable(vc);
     if (on) {
       for (; this.s.held > 0; this.s.held--) this.host.announce(this);
     }
@@ -726,11 +551,7 @@ export class Vgpu {
    * the VM's queued submissions from the scheduler.
    */
   reset(): void {
-    for (const vc of this.s.channels) {
-      vc.onRunlist = false;
-      vc.queued = false;
-      this.unbind(vc);
-    }
+    this.chans.reset();
     this.s.runlist = [];
     this.s.queue = [];
     this.s.held = 0;
