@@ -462,6 +462,9 @@ export interface Wire {
   readonly takesFds: boolean;
   /** An exception thrown while handling received data (reported by the session). */
   readonly failure: unknown;
+  /** Stop / restart reading the connection (a client that reads its replies late). */
+  pauseReading?(): void;
+  resumeReading?(): void;
 }
 
 const EAGAIN = 11;
@@ -502,6 +505,18 @@ export class SocketWire implements Wire {
   close(): void {
     if (this.isClosed) return;
     this.shut('closed by the fuzzer');
+  }
+
+  pauseReading(): void {
+    if (this.isClosed || this.handle < 0) return;
+    native.unwatch(this.handle);
+    this.handle = -1;
+  }
+
+  resumeReading(): void {
+    if (this.isClosed || this.handle >= 0) return;
+    this.handle = native.watch(this.fd, (status) => this.readable(status));
+    this.readable(0);
   }
 
   wait(cond: () => boolean, ms: number): Promise<boolean> {
@@ -548,7 +563,7 @@ export class SocketWire implements Wire {
   private shut(reason: string): void {
     this.isClosed = true;
     this.closeReason = reason;
-    native.unwatch(this.handle);
+    if (this.handle >= 0) native.unwatch(this.handle);
     this.handle = -1;
     native.close(this.fd);
     this.waiter?.();
@@ -1079,6 +1094,21 @@ export async function fuzz(opts: FuzzOptions): Promise<FuzzStats> {
           if (mode === 'bytes' || (mode === 'valid-then-garbage' && r.chance(0.5))) await sendGarbage(s, r, opts.maxMessageSize);
           else await sendWhole(s, generate(ctx), null);
           await s.throttle();
+        }
+        if (wire.pauseReading && !wire.closed && s.model.broken === null && s.model.partial === 0 && r.chance(0.05)) {
+          // Read late: big replies pile up beyond the socket buffer, the server queues them and
+          // stops handling requests; everything must still arrive whole and in order.
+          await s.sync();
+          wire.pauseReading();
+          for (let i = r.range(3, 8); i > 0; i--) {
+            const req = u8(16);
+            const dv = payloadView(req);
+            dv.setUint32(8, 1, true);
+            dv.setUint32(12, 0x10000, true);
+            await s.sendMessage(encodeMessage({ msgId: s.id(), command: Command.REGION_READ }, req), []);
+          }
+          await new Promise((res) => setTimeout(res, r.range(1, 20)));
+          wire.resumeReading!();
         }
         await s.sync();
         if (countFds && opts.maxHeldFds !== undefined) {

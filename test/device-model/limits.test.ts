@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { native } from '../../src/native.ts';
 import { logger } from '../../src/log.ts';
 import { Server, type ServerOptions } from '../../src/device-model/server.ts';
+import { PciDevice } from '../../src/device-model/device.ts';
 import { VfioUserClient, VfioUserError } from '../../src/device-model/client.ts';
 import { MessageFramer } from '../../src/device-model/framing.ts';
 import { LogBudget } from '../../src/device-model/limits.ts';
@@ -246,40 +247,46 @@ describe('a client that stops reading its replies', () => {
 });
 
 describe('a client that reads its replies late', () => {
-  it('gets every reply, whole and in order, once it reads; requests wait meanwhile', async () => {
+  it('gets every reply (1 MiB each, several socket buffers), whole and in order, once it reads; requests wait meanwhile', async () => {
     server = new Server();
-    const t = makeTestDevice();
+    // A 1 MiB BAR backed by a memfd, read through the socket (no mmap areas): each reply is
+    // five times the socket buffer, so it goes out in pieces as the client reads.
+    const vram = memfdWith(uniqueName('vram-1m'), MiB);
+    const pattern = new Uint8Array(MiB).map((_, i) => (i * 7 + (i >> 8)) & 0xff);
+    expect(native.pwrite(vram, pattern, 0)).toBe(MiB);
+    const device = new PciDevice({
+      name: 'late',
+      pci: { vendorId: 0x1de5, deviceId: 0x7e57, classCode: 0x030200 },
+      regions: { 0: { size: MiB, backing: { fd: vram, areas: [] } } },
+      irqs: {},
+    });
     const sock = path.join(dir, 'late.sock');
-    const l = server.listen(sock, t.device);
-    // BAR1 (memfd, 64 KiB) holds a pattern every reply must carry.
-    const pattern = new Uint8Array(0x10000).map((_, i) => (i * 7 + (i >> 8)) & 0xff);
-    expect(native.pwrite(t.vramFd, pattern, 0)).toBe(pattern.length);
+    const l = server.listen(sock, device);
     const fd = native.connectUnix(sock, true);
     const version = encodeMessage({ msgId: 1, command: Command.VERSION }, encodeVersion({ major: 0, minor: 0, json: '{}' }));
     expect(native.sendmsg(fd, version)).toBe(version.length);
-    const n = 16;
+    const n = 6;
     for (let i = 0; i < n; i++) {
-      const req = encodeMessage({ msgId: 100 + i, command: Command.REGION_READ }, encodeRegionAccess({ offset: 0, region: 1, count: 0x10000, data: new Uint8Array(0) }));
+      const req = encodeMessage({ msgId: 100 + i, command: Command.REGION_READ }, encodeRegionAccess({ offset: 0, region: 0, count: MiB, data: new Uint8Array(0) }));
       expect(native.sendmsg(fd, req)).toBe(req.length);
     }
     // A write after the reads: it must not be applied before the reads are answered.
-    const write = encodeMessage({ msgId: 200, command: Command.REGION_WRITE }, encodeRegionAccess({ offset: 0, region: 1, count: 4, data: new Uint8Array([1, 2, 3, 4]) }));
+    const write = encodeMessage({ msgId: 200, command: Command.REGION_WRITE }, encodeRegionAccess({ offset: 0, region: 0, count: 4, data: new Uint8Array([1, 2, 3, 4]) }));
     expect(native.sendmsg(fd, write)).toBe(write.length);
     await new Promise((r) => setTimeout(r, 300)); // not reading: the server queues and waits
     expect(l.endpoint).not.toBeNull();
-    expect(native.pread(t.vramFd, new Uint8Array(4), 0)).toBe(4);
     const head = new Uint8Array(4);
-    native.pread(t.vramFd, head, 0);
+    native.pread(vram, head, 0);
     expect(Array.from(head)).toEqual(Array.from(pattern.subarray(0, 4))); // the write still waits
-    // Now read everything.
-    const got = new Uint8Array(2 * MiB);
+    // Now read everything, in small reads.
+    const got = new Uint8Array(8 * MiB);
     const dv = new DataView(got.buffer);
     let have = 0;
     const fdsOut = new Int32Array(2);
-    const deadline = Date.now() + 5000;
-    const want = (): number => (have >= 8 ? dv.getUint32(4, true) : 16) + n * (32 + 0x10000) + 32;
+    const deadline = Date.now() + 10000;
+    const want = (): number => (have >= 8 ? dv.getUint32(4, true) : 16) + n * (32 + MiB) + 32;
     while (have < want() && Date.now() < deadline) {
-      const r = native.recvmsg(fd, got.subarray(have), fdsOut);
+      const r = native.recvmsg(fd, got.subarray(have, Math.min(want(), have + 65536)), fdsOut);
       if (r > 0) have += r;
       else await new Promise((res) => setTimeout(res, 1));
     }
@@ -288,14 +295,17 @@ describe('a client that reads its replies late', () => {
     let at = dv.getUint32(4, true); // skip the VERSION reply
     for (let i = 0; i < n; i++) {
       expect(dv.getUint16(at, true)).toBe(100 + i);
-      expect(dv.getUint32(4 + at, true)).toBe(32 + 0x10000);
+      expect(dv.getUint32(4 + at, true)).toBe(32 + MiB);
       expect(dv.getUint32(8 + at, true)).toBe(1); // a success reply
-      expect(got.subarray(at + 32, at + 32 + 0x10000)).toEqual(pattern);
-      at += 32 + 0x10000;
+      expect(got.subarray(at + 32, at + 32 + MiB).every((b, k) => b === pattern[k])).toBe(true);
+      at += 32 + MiB;
     }
     expect(dv.getUint16(at, true)).toBe(200);
     expect(at + 32).toBe(have);
+    native.pread(vram, head, 0);
+    expect(Array.from(head)).toEqual([1, 2, 3, 4]);
     await l.idle();
+    native.close(vram);
   });
 });
 
