@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Vugpu, type VmConfig } from '../../src/server.ts';
-import type { VgpuCounters } from '../../src/aggregator/counters.ts';
+import type { VmCounters } from '../../src/aggregator/metrics.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const BENCHES = ['nop', 'loop', 'madd', 'mmul', 'fmadd', 'fmmul', 'cpy', 'pincpy', 'backprop', 'bfs', 'hotspot', 'lud', 'srad', 'srad2'];
@@ -55,7 +55,7 @@ function bench(r: Run): Record<string, unknown> {
 
 type Row = { bench: string; mode: string; mmio: number; flushes: number; rebuilds: number; ptes: number; hypercalls: number; doorbells: number; ms: number };
 
-function delta(after: VgpuCounters, before: VgpuCounters): Omit<Row, 'bench' | 'mode' | 'ms'> {
+function delta(after: VmCounters, before: VmCounters): Omit<Row, 'bench' | 'mode' | 'ms'> {
   return {
     mmio: after.mmioReads + after.mmioWrites - before.mmioReads - before.mmioWrites,
     flushes: after.tlbFlushes - before.tlbFlushes,
@@ -103,10 +103,7 @@ describe('real driver core over the mediated server (native twin)', () => {
   for (const [mode, pv] of [['pt', 0], ['fv', 0], ['pv', 1], ['pv-batch', 2]] as const) {
     it(`every benchmark passes in ${mode}`, async () => {
       const v = serve([{ name: 'vm', mode, slice: 256 << 20 }]);
-      const counters = (): VgpuCounters => {
-        const m = v.metrics.get('vm')!;
-        return { ...m } as VgpuCounters;
-      };
+      const counters = (): VmCounters => ({ ...v.metrics.get('vm')! });
       for (const name of BENCHES) {
         const before = counters();
         const t0 = performance.now();
