@@ -187,7 +187,7 @@ static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_
 	return 0;
 }
 
-int vfu_connect(struct vfu_client *c, const char *path)
+static int connect_once(struct vfu_client *c, const char *path)
 {
 	static const char caps[] =
 		"{\"capabilities\":{\"max_msg_fds\":8,\"max_data_xfer_size\":1048576,\"pgsizes\":4096,"
@@ -229,6 +229,30 @@ int vfu_connect(struct vfu_client *c, const char *path)
 		return fail(c, -ENODEV, "device has %u regions", info[2]);
 	c->nirq = info[3];
 	return 0;
+}
+
+/*
+ * A vfio-user server serves one client per device: a second connection is closed at once,
+ * and the previous client's departure takes the server a moment to notice. So a connection
+ * dropped before VERSION is answered is retried, with backoff, for up to timeout_ms.
+ */
+int vfu_connect(struct vfu_client *c, const char *path, unsigned int timeout_ms)
+{
+	unsigned int waited = 0, delay = 20;
+	int ret;
+
+	for (;;) {
+		ret = connect_once(c, path);
+		if (ret != -EIO && ret != -ECONNREFUSED)
+			return ret;
+		if (waited >= timeout_ms)
+			return ret;
+		vfu_close(c);
+		usleep(delay * 1000);
+		waited += delay;
+		if (delay < 500)
+			delay *= 2;
+	}
 }
 
 void vfu_close(struct vfu_client *c)

@@ -28,7 +28,9 @@ struct vfu_client {
 	uint64_t messages;
 };
 
-int vfu_connect(struct vfu_client *c, const char *path);
+/* Connect, negotiate VERSION, read DEVICE_GET_INFO; a refused or dropped connection (the device
+ * still serving its previous client) is retried for up to timeout_ms. */
+int vfu_connect(struct vfu_client *c, const char *path, unsigned int timeout_ms);
 void vfu_close(struct vfu_client *c);
 int vfu_dma_map(struct vfu_client *c, int fd, uint64_t fd_offset, uint64_t iova, uint64_t size, int writable);
 int vfu_dma_unmap(struct vfu_client *c, uint64_t iova, uint64_t size);

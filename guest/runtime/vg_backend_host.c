@@ -7,7 +7,7 @@
  * address = its IOVA), and the four MSI-X vectors are eventfds polled by whoever waits.
  *
  * Environment: VUGPU_SOCKET (required), VUGPU_SYSMEM_MB (default 256), VUGPU_PV (0/1/2),
- * VUGPU_VERBOSE.
+ * VUGPU_CONNECT_TIMEOUT_MS (default 5000: how long a busy device is retried), VUGPU_VERBOSE.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -163,7 +163,8 @@ static int host_dev_get(struct host_dev **out)
 	e = getenv("VUGPU_VERBOSE");
 	hd->core.os.verbose = e ? atoi(e) : 0;
 
-	ret = vfu_connect(&hd->vfu, sock);
+	e = getenv("VUGPU_CONNECT_TIMEOUT_MS");
+	ret = vfu_connect(&hd->vfu, sock, e ? (unsigned int)atoi(e) : 5000);
 	if (!ret)
 		ret = vfu_reset(&hd->vfu);
 	if (!ret)
