@@ -7,6 +7,8 @@
 #   kill-mid-kernel  a process SIGKILLed while its kernel runs releases everything
 #   after-kill       the next process in the same guest passes
 #   reload           rmmod + insmod, then a benchmark passes
+#   unbind-busy      the driver is unbound (sysfs) while a process waits on a kernel: the process
+#                    gets an error, not a hang; after bind a benchmark passes
 # Exit status: number of failed runs and checks.
 BIN=/opt/vugpu/vugpu-bench
 KO=/opt/vugpu/vugpu.ko
@@ -94,6 +96,32 @@ if [ $checks = 1 ]; then
     case "$out" in *'"ok":true'*) ok=1 ;; esac
   fi
   check reload $ok "rmmod + insmod, then madd"
+
+  bdf=""
+  for d in /sys/bus/pci/drivers/vugpu/0000:*; do [ -e "$d" ] && bdf=${d##*/}; done
+  $BIN loop --ms 3000 >/tmp/loop2.out 2>&1 &
+  pid=$!
+  i=0
+  while [ $i -lt 100 ] && ! grep -q '"phase":"exec"' /tmp/loop2.out; do sleep 0.1; i=$((i + 1)); done
+  sleep 0.5
+  ok=0
+  err=""
+  if [ -n "$bdf" ] && echo "$bdf" >/sys/bus/pci/drivers/vugpu/unbind; then
+    wait $pid
+    rc=$?
+    err=$(grep -o '"error":"[A-Z_]*"' /tmp/loop2.out | cut -d'"' -f4)
+    gone=1
+    [ -e /dev/vugpu0 ] && gone=0
+    if echo "$bdf" >/sys/bus/pci/drivers/vugpu/bind; then
+      out=$($BIN madd "$@")
+      echo "$out"
+      case "$out" in *'"ok":true'*) [ $rc != 0 ] && [ "$err" = VG_ERROR_NO_DEVICE ] && [ $gone = 1 ] && ok=1 ;; esac
+    fi
+  else
+    kill -9 $pid 2>/dev/null
+    wait $pid
+  fi
+  check unbind-busy $ok "device $bdf unbound mid-kernel: process error ${err:-none} (rc ${rc:-?}); bound again, then madd"
 fi
 
 if [ $fails != 0 ]; then

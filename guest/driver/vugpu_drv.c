@@ -28,6 +28,8 @@
 #include <linux/mm.h>
 #include <linux/wait.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/mm.h>
+#include <linux/rwsem.h>
 
 #include "vg_core.h"
 
@@ -66,16 +68,24 @@ struct vugpu_dev {
 struct vugpu_file {
 	struct vugpu_dev *vd;
 	struct list_head node;
-	struct mutex lock;               /* serialises this file's context operations */
+	/*
+	 * Every ioctl holds `use` for reading, for its whole duration (WAIT sleeps under it);
+	 * device removal takes it for writing before it tears the context down. `lock` serialises
+	 * the context operations themselves (not WAIT, which only reads fences and error state).
+	 */
+	struct rw_semaphore use;
+	struct mutex lock;
 	struct vg_ctx *ctx;
 	struct file *filp;
 	wait_queue_head_t wq;
 };
 
-/* Pinned user pages behind a system-memory buffer. */
+/* Pinned user pages behind a system-memory buffer, charged to the owner's RLIMIT_MEMLOCK. */
 struct vugpu_pin {
 	struct page **pages;
 	unsigned long npages;
+	struct mm_struct *mm;            /* whose locked_vm the pages are charged to */
+	unsigned long charged;           /* pages charged */
 	struct sg_table sgt;
 	bool mapped;
 	bool writable;
@@ -106,30 +116,33 @@ static void vugpu_wake(struct vg_ctx *c)
 		wake_up_all(&fp->wq);
 }
 
-static bool fence_or_error(struct vg_ctx *c, u64 seq)
+static bool fence_or_error(struct vugpu_dev *vd, struct vg_ctx *c, u64 seq)
 {
-	return READ_ONCE(c->err_code) || vg_ctx_seq_done(c, seq);
+	return READ_ONCE(vd->dead) || READ_ONCE(c->err_code) || vg_ctx_seq_done(c, seq);
 }
 
 /* Sleep for a fence. killable: the driver's own waits must not be cut short by ordinary signals. */
 static int vugpu_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms, bool interruptible)
 {
 	struct vugpu_file *fp = c->os_priv;
+	struct vugpu_dev *vd = fp->vd;
 	long left;
 	int ret;
 
-	if (!fence_or_error(c, seq)) {
+	if (!fence_or_error(vd, c, seq)) {
 		if (!timeout_ms)
 			return vg_ctx_poll_error(c) ?: -ETIMEDOUT;
 		if (interruptible)
-			left = wait_event_interruptible_timeout(fp->wq, fence_or_error(c, seq),
+			left = wait_event_interruptible_timeout(fp->wq, fence_or_error(vd, c, seq),
 								msecs_to_jiffies(timeout_ms));
 		else
-			left = wait_event_killable_timeout(fp->wq, fence_or_error(c, seq),
+			left = wait_event_killable_timeout(fp->wq, fence_or_error(vd, c, seq),
 							   msecs_to_jiffies(timeout_ms));
 		if (left < 0)
 			return -EINTR;
-		if (left == 0 && !fence_or_error(c, seq)) {
+		if (READ_ONCE(vd->dead))
+			return -ENODEV;
+		if (left == 0 && !fence_or_error(vd, c, seq)) {
 			/* an error interrupt cannot be lost, but check the channel before giving up */
 			ret = vg_ctx_poll_error(c);
 			return ret ?: -ETIMEDOUT;
@@ -154,6 +167,10 @@ static void vugpu_unpin(struct vugpu_dev *vd, struct vugpu_pin *pin)
 		sg_free_table(&pin->sgt);
 	if (pin->npages)
 		unpin_user_pages_dirty_lock(pin->pages, pin->npages, pin->writable);
+	if (pin->charged)
+		account_locked_vm(pin->mm, pin->charged, false);
+	if (pin->mm)
+		mmdrop(pin->mm);
 	kvfree(pin->pages);
 	kfree(pin);
 }
@@ -185,6 +202,7 @@ static int vugpu_open(struct inode *inode, struct file *f)
 	fp = kzalloc(sizeof(*fp), GFP_KERNEL);
 	if (!fp)
 		return -ENOMEM;
+	init_rwsem(&fp->use);
 	mutex_init(&fp->lock);
 	init_waitqueue_head(&fp->wq);
 	fp->filp = f;
@@ -305,6 +323,13 @@ static int ioc_host_register(struct vugpu_file *fp, void __user *uarg)
 	if (!pin)
 		return -ENOMEM;
 	pin->writable = !(a.flags & VUGPU_MEM_READ_ONLY);
+	/* pinned pages count against RLIMIT_MEMLOCK, as for vfio and RDMA */
+	pin->mm = current->mm;
+	mmgrab(pin->mm);
+	ret = account_locked_vm(pin->mm, a.size >> PAGE_SHIFT, true);
+	if (ret)
+		goto fail;
+	pin->charged = a.size >> PAGE_SHIFT;
 	pin->pages = kvmalloc_array(a.size >> PAGE_SHIFT, sizeof(*pin->pages), GFP_KERNEL);
 	bus = kvmalloc_array(a.size >> PAGE_SHIFT, sizeof(*bus), GFP_KERNEL);
 	if (!pin->pages || !bus) {
@@ -434,25 +459,26 @@ static long vugpu_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return copy_to_user(uarg, &info, sizeof(info)) ? -EFAULT : 0;
 	}
 
-	mutex_lock(&fp->lock);
+	down_read(&fp->use);
 	if (READ_ONCE(vd->dead)) {
-		mutex_unlock(&fp->lock);
-		return -ENODEV;
+		ret = -ENODEV;
+		goto out_use;
 	}
+	if (cmd == VUGPU_IOC_WAIT) {
+		/* sleeps without the file lock (submissions may go on); `use` keeps the context */
+		c = READ_ONCE(fp->ctx);
+		ret = c ? ioc_wait(fp, c, uarg) : -ENXIO;
+		goto out_use;
+	}
+	mutex_lock(&fp->lock);
 	if (cmd == VUGPU_IOC_CTX_CREATE) {
 		ret = ioc_ctx_create(fp, uarg);
-		mutex_unlock(&fp->lock);
-		return ret;
+		goto out_lock;
 	}
 	c = fp->ctx;
 	if (!c) {
-		mutex_unlock(&fp->lock);
-		return -ENXIO; /* no context yet */
-	}
-	if (cmd == VUGPU_IOC_WAIT) {
-		/* sleep without the file lock: the context lives until release */
-		mutex_unlock(&fp->lock);
-		return ioc_wait(fp, c, uarg);
+		ret = -ENXIO; /* no context yet */
+		goto out_lock;
 	}
 	switch (cmd) {
 	case VUGPU_IOC_MEM_ALLOC:
@@ -470,7 +496,10 @@ static long vugpu_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	default:
 		ret = -ENOTTY;
 	}
+out_lock:
 	mutex_unlock(&fp->lock);
+out_use:
+	up_read(&fp->use);
 	return ret;
 }
 
@@ -664,10 +693,13 @@ static void vugpu_remove(struct pci_dev *pdev)
 	mutex_lock(&vd->files_lock);
 	WRITE_ONCE(vd->dead, true);
 	list_for_each_entry(fp, &vd->files, node) {
+		wake_up_all(&fp->wq); /* waiters see `dead` and leave */
+		down_write(&fp->use);
 		mutex_lock(&fp->lock);
 		unmap_mapping_range(fp->filp->f_mapping, 0, 0, 1);
 		vugpu_file_teardown(fp);
 		mutex_unlock(&fp->lock);
+		up_write(&fp->use);
 	}
 	mutex_unlock(&vd->files_lock);
 	if (vd->core_up)

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,8 +172,11 @@ static int host_dev_get(struct host_dev **out)
 		ret = vfu_map_bar1(&hd->vfu);
 	if (ret)
 		goto fail;
-	hd->memfd = memfd_create("vugpu-sysmem", MFD_CLOEXEC);
-	if (hd->memfd < 0 || ftruncate(hd->memfd, (off_t)hd->sys_size) < 0) {
+	/* sealed against resizing, as QEMU's memory-backend-memfd is: the server may insist on it
+	 * (a client shrinking a mapped file would make the server's accesses fault) */
+	hd->memfd = memfd_create("vugpu-sysmem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (hd->memfd < 0 || ftruncate(hd->memfd, (off_t)hd->sys_size) < 0 ||
+	    fcntl(hd->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		ret = -errno;
 		goto fail;
 	}

@@ -2,7 +2,8 @@
 // driver (guest/driver) and runs the 14 GPUvm benchmarks through the runtime (guest/runtime,
 // guest/bench) at their small sizes, then the robustness checks of bench-suite.sh: an MMU fault
 // reaches the process, a process SIGKILLed in the middle of a kernel leaves the device usable
-// (the next run in the same guest passes), rmmod + insmod works. Then the demo (src/demo):
+// (the next run in the same guest passes), rmmod + insmod works, unbinding the driver under a
+// waiting process gives that process an error (not a hang). Then the demo (src/demo):
 // guest beside the native twin. Needs `npm run setup` (npm test runs it); without it the tests
 // fail with the setup error, they are never skipped.
 import fs from 'node:fs';
@@ -65,7 +66,7 @@ describe('guest suite: vugpu driver + runtime + GPUvm benchmarks in a QEMU guest
   test('all 14 benchmarks run in the guest through the driver and verify against the CPU reference', () => {
     const info = context();
     expect(run.timedOut, info).toBe(false);
-    // the suite's runs come first; the checks add two more madd runs at the end
+    // the suite's runs come first; the checks add three more madd runs at the end
     const suite = benches.slice(0, BENCHMARKS.length);
     expect(suite.map((b) => b.bench), info).toEqual([...BENCHMARKS]);
     for (const b of suite) {
@@ -98,7 +99,7 @@ describe('guest suite: vugpu driver + runtime + GPUvm benchmarks in a QEMU guest
     expect(after!.ok, JSON.stringify(after)).toBe(true);
     // the run after the kill is a real, verified benchmark run
     const madds = benches.filter((b) => b.bench === 'madd');
-    expect(madds.length, context()).toBe(3);
+    expect(madds.length, context()).toBe(4);
     expect(madds.every((b) => b.ok && b.verified)).toBe(true);
   });
 
@@ -108,12 +109,18 @@ describe('guest suite: vugpu driver + runtime + GPUvm benchmarks in a QEMU guest
     expect(c!.ok, JSON.stringify(c)).toBe(true);
   });
 
+  test('unbinding the driver under a process waiting on a kernel fails that process cleanly; bind again works', () => {
+    const c = check('unbind-busy');
+    expect(c, context()).toBeDefined();
+    expect(c!.ok, JSON.stringify(c)).toBe(true);
+  });
+
   test('the whole guest run was clean and the server survived it', () => {
     const info = context();
     expect(run.guestExit, info).toBe(0);
     expect(run.exitCode, info).toBe(0); // poweroff, not a crash or a kill
     expect(run.records.filter((r) => r.kind === 'PARSE_ERROR' || r.kind === 'ERROR'), info).toEqual([]);
-    expect(run.checks.map((c) => c.check).sort(), info).toEqual(['after-kill', 'fault-reported', 'kill-mid-kernel', 'reload']);
+    expect(run.checks.map((c) => c.check).sort(), info).toEqual(['after-kill', 'fault-reported', 'kill-mid-kernel', 'reload', 'unbind-busy']);
     expect(vfioErrorLines(run.stderr), info).toEqual([]);
     expect(server.alive, server.tail()).toBe(true);
     expect(server.errorLines(), server.tail()).toEqual([]);
