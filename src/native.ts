@@ -70,7 +70,11 @@ export interface NativeAddon {
   unwatch(handle: number): void;
 
   // ---- memory ----
-  memfdCreate(name: string, size: number): number;
+  /** memfd_create + ftruncate; with `seals` (F_SEAL_* bits) the memfd allows sealing and gets
+   * them after sizing (QEMU's memory-backend-memfd uses SEAL|SHRINK|GROW = 7). */
+  memfdCreate(name: string, size: number, seals?: number): number;
+  /** fcntl(F_GET_SEALS): seals of the file behind fd, or -errno (-EINVAL: not sealable). */
+  getSeals(fd: number): number;
   ftruncate(fd: number, size: number): number;
   /** mmap MAP_SHARED PROT_READ|PROT_WRITE → external ArrayBuffer, no copy. Throws on failure, and
    * refuses ranges past the end of a regular file (they would SIGBUS). readonly: a private

@@ -77,15 +77,31 @@ Napi::Value MemfdCreate(const Napi::CallbackInfo& info) {
   int64_t size;
   if (!ArgString(info, 0, "name", &name) || !ArgInt(info, 1, "size", 0, kMaxMap, &size))
     return env.Undefined();
+  // Optional seals (F_SEAL_*) applied after sizing, as QEMU's memory-backend-memfd does.
+  int64_t seals = -1;
+  if (info.Length() > 2 && !info[2].IsUndefined() && !ArgInt(info, 2, "seals", 0, 0xffff, &seals))
+    return env.Undefined();
   if (name.size() > 249) name.resize(249);  // memfd_create's limit
-  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | (seals >= 0 ? MFD_ALLOW_SEALING : 0));
   if (fd < 0) return Errno(env, errno);
-  if (size > 0 && ftruncate(fd, off_t(size)) < 0) {
+  if ((size > 0 && ftruncate(fd, off_t(size)) < 0) ||
+      (seals > 0 && fcntl(fd, F_ADD_SEALS, int(seals)) < 0)) {
     int e = errno;
     close(fd);
     return Errno(env, e);
   }
   return Napi::Number::New(env, fd);
+}
+
+// F_GET_SEALS: the seals of the file behind fd (memfd/shmem), or -errno (-EINVAL for files
+// that cannot be sealed). A server mapping a client's file checks F_SEAL_SHRINK: without it
+// the client could truncate the file and make the server's accesses fault (SIGBUS).
+Napi::Value GetSeals(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  int r = fcntl(fd, F_GET_SEALS);
+  return Napi::Number::New(env, r < 0 ? -errno : r);
 }
 
 Napi::Value Ftruncate(const Napi::CallbackInfo& info) {
@@ -393,6 +409,7 @@ Napi::Value MemcpyDirect(const Napi::CallbackInfo& info) {
 
 void RegisterMemory(Napi::Env env, Napi::Object exports) {
   exports.Set("memfdCreate", Napi::Function::New(env, MemfdCreate, "memfdCreate"));
+  exports.Set("getSeals", Napi::Function::New(env, GetSeals, "getSeals"));
   exports.Set("ftruncate", Napi::Function::New(env, Ftruncate, "ftruncate"));
   exports.Set("mmap", Napi::Function::New(env, Mmap, "mmap"));
   exports.Set("munmap", Napi::Function::New(env, Munmap, "munmap"));

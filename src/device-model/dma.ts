@@ -13,6 +13,9 @@
 // character device such as /dev/zero would be memory the server, not the client, pays for.
 // Maps of the same file share one fd (libvfio-user's fd_cache): QEMU sends the RAM memfd with
 // each of its ~70 maps, and a hostile client must not make us hold thousands of fds.
+// With requireSealed (the server's default), the file must be sealed against shrinking, as
+// QEMU's memory-backend-memfd is: a file the client can truncate under our mmap would turn our
+// next access into SIGBUS.
 
 import { fstatSync, readFileSync } from 'node:fs';
 import { native, type Extent } from '../native.ts';
@@ -66,9 +69,14 @@ export interface DmaLimits {
   maxMaps: number;
   maxBytes: number;
   maxFiles: number;
+  /** fd-backed maps need a file sealed against shrinking (F_SEAL_SHRINK), else EPERM: a client
+   * that truncates a mapped file makes our accesses to it fault (SIGBUS kills the process). */
+  requireSealed: boolean;
 }
 
-export const DEFAULT_DMA_LIMITS: DmaLimits = { maxMaps: 4096, maxBytes: 2 ** 40, maxFiles: 64 };
+export const DEFAULT_DMA_LIMITS: DmaLimits = { maxMaps: 4096, maxBytes: 2 ** 40, maxFiles: 64, requireSealed: false };
+
+const F_SEAL_SHRINK = 2;
 
 export interface DmaTableOptions extends Partial<DmaLimits> {
   onMapped?: (m: DmaMappingInfo) => void;
@@ -96,6 +104,7 @@ export class DmaTable {
       maxMaps: opts.maxMaps ?? DEFAULT_DMA_LIMITS.maxMaps,
       maxBytes: opts.maxBytes ?? DEFAULT_DMA_LIMITS.maxBytes,
       maxFiles: opts.maxFiles ?? DEFAULT_DMA_LIMITS.maxFiles,
+      requireSealed: opts.requireSealed ?? DEFAULT_DMA_LIMITS.requireSealed,
     };
     this.onMapped = opts.onMapped;
     this.onUnmapped = opts.onUnmapped;
@@ -155,6 +164,10 @@ export class DmaTable {
     if (req.fd >= 0) {
       const key = fileKey(req.fd);
       if (key === null) return Errno.EINVAL; // not a regular file
+      if (this.limits.requireSealed) {
+        const seals = native.getSeals(req.fd);
+        if (seals < 0 || (seals & F_SEAL_SHRINK) === 0) return Errno.EPERM;
+      }
       file = this.files.get(key) ?? null;
       if (file === null && this.files.size >= this.limits.maxFiles) return Errno.ENOSPC;
       const base = offset - (offset % PAGE);

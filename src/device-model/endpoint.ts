@@ -101,7 +101,12 @@ export class Endpoint {
 
   start(): void {
     // The DMA table belongs to the device, the limits to this client (one client at a time).
-    this.device.dma.setLimits({ maxMaps: this.caps.maxDmaMaps, maxBytes: this.limits.dmaBytes, maxFiles: this.limits.dmaFiles });
+    this.device.dma.setLimits({
+      maxMaps: this.caps.maxDmaMaps,
+      maxBytes: this.limits.dmaBytes,
+      maxFiles: this.limits.dmaFiles,
+      requireSealed: this.limits.dmaRequireSealed,
+    });
     this.device.attach();
     this.transport.start({
       onMessage: (m) => this.onMessage(m),

@@ -2,7 +2,8 @@
 // is as hostile as it gets) and the server process is shared by every VM, so everything a client
 // can allocate through the protocol is bounded per connection:
 //   - DMA maps: count (advertised as max_dma_maps, ServerCapabilities.maxDmaMaps), total bytes
-//     (address space and VMAs of the mmaps), distinct files behind them (fds held);
+//     (address space and VMAs of the mmaps), distinct files behind them (fds held), and files
+//     the client cannot shrink under our mmaps (sealed);
 //   - fds per message (max_msg_fds, ServerCapabilities.maxMsgFds) and the receive buffer
 //     (max_data_xfer_size), see framing.ts;
 //   - IRQ fds: one per declared vector, and they must be eventfds (a socket or pipe could block
@@ -18,6 +19,10 @@ export interface ServerLimits {
   /** Distinct files (fds held) behind one client's DMA maps; maps of the same file share one
    * fd (QEMU maps one memfd in ~70 pieces). */
   dmaFiles: number;
+  /** fd-backed DMA maps must be memfds sealed against shrinking (QEMU's memory-backend-memfd
+   * is, by default): otherwise the client could truncate the file under our mmap and crash the
+   * process with SIGBUS on the next access. Turn off for memory-backend-file guests. */
+  dmaRequireSealed: boolean;
   /** A reply the client leaves unread (socket full) for this long drops the client; meanwhile
    * its requests are not handled and nothing waits on the shared thread. */
   unreadReplyMs: number;
@@ -29,6 +34,7 @@ export interface ServerLimits {
 export const DEFAULT_LIMITS: ServerLimits = {
   dmaBytes: 2 ** 40, // 1 TiB
   dmaFiles: 64,
+  dmaRequireSealed: true,
   unreadReplyMs: 5000,
   logBurst: 50,
   logPerSecond: 10,

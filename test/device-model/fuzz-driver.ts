@@ -1,6 +1,7 @@
 // Long fuzzing runs of the vfio-user server (the CI test, fuzz.test.ts, runs a few seconds).
-//   node test/device-model/fuzz-driver.ts [--minutes N] [--seed S] [--transport socket|memory|both]
-//                                         [--round MESSAGES]
+//   node [--expose-gc] test/device-model/fuzz-driver.ts [--minutes N] [--seed S]
+//        [--transport socket|memory|both] [--round MESSAGES]
+// (--expose-gc adds the live heap after each round, to watch for leaks.)
 // Runs rounds of `--round` messages with seeds S, S+1, ... until the time is up, the server in
 // this process (fd accounting through /proc/self/fd) with a second VM on another socket whose
 // register reads are checked between batches. A broken invariant prints the seed of its round
@@ -85,15 +86,30 @@ try {
       between: check,
     });
     total.rounds++;
+    // The test device records every access and event (helpers.ts) for the unit tests: forget
+    // them, or they are the only thing growing.
+    for (const t of [a, b]) {
+      t.accesses.length = 0;
+      t.events.length = 0;
+      t.resets.length = 0;
+    }
     total.messages += stats.messages;
     total.replies += stats.replies;
     total.errors += stats.errorReplies;
     total.drops += stats.framingDrops;
     total.sessions += stats.sessions;
     total.ms += stats.ms;
+    // With --expose-gc: live heap after a full GC, to tell a leak from a lazy collector.
+    const gc = (globalThis as { gc?: () => void }).gc;
+    let mem = '';
+    if (gc) {
+      gc();
+      const m = process.memoryUsage();
+      mem = `, heap ${(m.heapUsed / 2 ** 20).toFixed(1)} MiB, external ${(m.external / 2 ** 20).toFixed(1)} MiB, rss ${(m.rss / 2 ** 20).toFixed(0)} MiB`;
+    }
     console.log(
       `round ${total.rounds} seed ${seed} ${useMemory ? 'memory' : 'socket'}: ${stats.messages} msgs, ${stats.sessions} sessions, ` +
-        `${stats.framingDrops} drops, ${Math.round((stats.messages / stats.ms) * 1000)} msg/s`,
+        `${stats.framingDrops} drops, ${Math.round((stats.messages / stats.ms) * 1000)} msg/s${mem}`,
     );
     seed = (seed + 1) | 0;
   }

@@ -139,8 +139,10 @@ function setU64Halves(dv: DataView, at: number, [lo, hi]: [number, number]): voi
 
 // ---- fds to attach ------------------------------------------------------------------------
 
-export type FdKind = 'memfd' | 'memfd-small' | 'eventfd' | 'eventfd-full' | 'devnull' | 'socket';
-const FD_KINDS: readonly FdKind[] = ['memfd', 'memfd-small', 'eventfd', 'eventfd-full', 'devnull', 'socket'];
+export type FdKind = 'memfd' | 'memfd-small' | 'memfd-unsealed' | 'eventfd' | 'eventfd-full' | 'devnull' | 'socket';
+const FD_KINDS: readonly FdKind[] = ['memfd', 'memfd-small', 'memfd-unsealed', 'eventfd', 'eventfd-full', 'devnull', 'socket'];
+/** F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW, as QEMU seals guest RAM. */
+const SEALS = 7;
 const EVENTFD_MAX = new Uint8Array([0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
 const O_RDWR = 2;
 export const FUZZ_MEMFD_SIZE = 1 << 20;
@@ -150,10 +152,13 @@ export function makeFd(kind: FdKind): number {
   let fd: number;
   switch (kind) {
     case 'memfd':
-      fd = native.memfdCreate('vugpu-fuzz', FUZZ_MEMFD_SIZE);
+      fd = native.memfdCreate('vugpu-fuzz', FUZZ_MEMFD_SIZE, SEALS);
       break;
     case 'memfd-small':
-      fd = native.memfdCreate('vugpu-fuzz', 4096);
+      fd = native.memfdCreate('vugpu-fuzz', 4096, SEALS);
+      break;
+    case 'memfd-unsealed': // the client could truncate it: refused by the server
+      fd = native.memfdCreate('vugpu-fuzz', FUZZ_MEMFD_SIZE);
       break;
     case 'eventfd':
       fd = native.eventfd(0, true);
@@ -1115,7 +1120,8 @@ export async function fuzz(opts: FuzzOptions): Promise<FuzzStats> {
           const held = countFds() - fdsBefore;
           if (held > opts.maxHeldFds) throw new InvariantError(`the server holds ${held} fds for one client (bound ${opts.maxHeldFds})`);
         }
-        if (opts.between && !wire.closed) await opts.between();
+        // (Not once the stream is broken: the server is dropping this client right now.)
+        if (opts.between && !wire.closed && s.model.broken === null) await opts.between();
       }
       // Some clients hang up with commands in flight: the server's replies then hit a closed
       // socket (EPIPE) and it must clean up all the same.

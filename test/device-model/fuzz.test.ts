@@ -13,7 +13,7 @@ import { VfioUserClient } from '../../src/device-model/client.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { Command, IrqSetFlag, MsgFlag, encodeMessage } from '../../src/device-model/protocol.ts';
 import { FuzzFailure, MemoryWire, Prng, SocketWire, countOpenFds, fuzz } from './fuzz-lib.ts';
-import { MSIX_VECTORS, makeTestDevice, memfdWith, uniqueName, type TestDevice } from './helpers.ts';
+import { MSIX_VECTORS, makeTestDevice, sealedMemfd, uniqueName, type TestDevice } from './helpers.ts';
 
 const SEED = process.env.VUGPU_FUZZ_SEED !== undefined ? Number(process.env.VUGPU_FUZZ_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const ITERS = Number(process.env.VUGPU_FUZZ_ITERS ?? 2500);
@@ -76,7 +76,11 @@ function deviceActivity(t: TestDevice, r: Prng): void {
 /** Another process connecting to the busy socket is refused (closed) and changes nothing. */
 async function intruder(sock: string): Promise<void> {
   const w = new SocketWire(sock); // sends nothing: only a refusal closes it
-  if (!(await w.wait(() => w.closed, 2000)) || !w.closed) throw new Error('a second client was not refused');
+  try {
+    if (!(await w.wait(() => w.closed, 2000)) || !w.closed) throw new Error('a second client was not refused');
+  } finally {
+    w.close();
+  }
 }
 
 /** Fds the server may hold for one client: both socket ends (in-process), DMA files, IRQ fds
@@ -88,7 +92,7 @@ async function cleanSession(sock: string, t: TestDevice): Promise<void> {
   const c = VfioUserClient.connect(sock);
   await c.version();
   const name = uniqueName('clean-ram');
-  const ram = memfdWith(name, 1 << 20);
+  const ram = sealedMemfd(name, 1 << 20);
   await c.dmaMap({ addr: 0x200000, size: 1 << 20, fd: ram });
   native.close(ram);
   expect(t.device.dma.count).toBe(1);

@@ -114,7 +114,9 @@ export function connectPair(device: PciDevice): Pair {
   const transport = new SocketTransport(a, { name: 'test-endpoint', maxMessageSize: maxMessageSize(DEFAULT_SERVER_CAPS) });
   let done!: () => void;
   const closed = new Promise<void>((r) => (done = r));
-  const endpoint = new Endpoint(device, transport, { onClose: () => done() });
+  // A unit-test harness: unsealed memfds (native.memfdCreate without seals) may back DMA maps
+  // here; the Server requires sealed ones (see sealedMemfd).
+  const endpoint = new Endpoint(device, transport, { onClose: () => done(), limits: { dmaRequireSealed: false } });
   endpoint.start();
   const client = VfioUserClient.fromFd(b, 'test-client');
   return { client, endpoint, closed };
@@ -151,6 +153,16 @@ export async function until(cond: () => boolean, ms = 2000): Promise<void> {
 
 export function memfdWith(name: string, size: number): number {
   const fd = native.memfdCreate(name, size);
+  if (fd < 0) throw new Error(`memfd_create failed: ${fd}`);
+  return fd;
+}
+
+/** F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW: what QEMU's memory-backend-memfd applies. */
+export const QEMU_SEALS = 7;
+
+/** Guest RAM as QEMU makes it: a memfd sealed against resizing (the Server requires it). */
+export function sealedMemfd(name: string, size: number): number {
+  const fd = native.memfdCreate(name, size, QEMU_SEALS);
   if (fd < 0) throw new Error(`memfd_create failed: ${fd}`);
   return fd;
 }

@@ -17,7 +17,7 @@ import { LogBudget } from '../../src/device-model/limits.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { DEFAULT_SERVER_CAPS } from '../../src/device-model/version.ts';
 import { Command, Errno, IrqSetFlag, encodeMessage, encodeRegionAccess, encodeVersion } from '../../src/device-model/protocol.ts';
-import { countFds, makeTestDevice, memfdWith, uniqueName, until, type TestDevice } from './helpers.ts';
+import { QEMU_SEALS, countFds, makeTestDevice, memfdWith, sealedMemfd, uniqueName, until, type TestDevice } from './helpers.ts';
 
 const MiB = 1 << 20;
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -110,7 +110,7 @@ describe('per-client DMA limits', () => {
   it('one fd per file: 70 maps of one memfd (each sent with its own fd, as QEMU does) hold one fd', async () => {
     const { t, c } = await serve();
     const name = uniqueName('qemu-ram');
-    const ram = memfdWith(name, 80 * MiB);
+    const ram = sealedMemfd(name, 80 * MiB);
     for (let i = 0; i < 70; i++) await c.dmaMap({ addr: i * 2 * MiB, size: MiB, offset: i * MiB, fd: ram });
     native.close(ram);
     expect(t.device.dma.count).toBe(70);
@@ -125,15 +125,41 @@ describe('per-client DMA limits', () => {
     const { t, c } = await serve({ limits: { dmaFiles: 4 } });
     const name = uniqueName('many-files');
     for (let i = 0; i < 4; i++) {
-      const fd = memfdWith(name, 4096);
+      const fd = sealedMemfd(name, 4096);
       await c.dmaMap({ addr: i * 4096, size: 4096, fd });
       native.close(fd);
     }
-    const fd = memfdWith(name, 4096);
+    const fd = sealedMemfd(name, 4096);
     expect(await errnoOf(c.dmaMap({ addr: 0x100000, size: 4096, fd }))).toBe(Errno.ENOSPC);
     native.close(fd);
     expect(countFds(name)).toBe(4);
     expect(t.device.dma.fileCount).toBe(4);
+  });
+
+  it('guest RAM must be sealed against shrinking (EPERM otherwise): a truncated mapping would SIGBUS the server', async () => {
+    const { t, c } = await serve();
+    const name = uniqueName('unsealed');
+    const unsealed = memfdWith(name, MiB);
+    expect(await errnoOf(c.dmaMap({ addr: 0, size: MiB, fd: unsealed }))).toBe(Errno.EPERM);
+    native.close(unsealed);
+    expect(countFds(name)).toBe(0);
+    // Sealed as QEMU seals it: accepted, and the client can no longer pull the pages away.
+    const sealed = sealedMemfd(uniqueName('sealed'), MiB);
+    await c.dmaMap({ addr: 0, size: MiB, fd: sealed });
+    expect(native.ftruncate(sealed, 0)).toBeLessThan(0); // EPERM from the kernel
+    const buf = new Uint8Array(64).fill(0xa5);
+    expect(t.device.dma.write(MiB - 64, buf)).toBeNull();
+    native.close(sealed);
+  });
+
+  it('limits.dmaRequireSealed false accepts unsealed files (memory-backend-file guests)', async () => {
+    const { t, c } = await serve({ limits: { dmaRequireSealed: false } });
+    const fd = memfdWith(uniqueName('file-backed'), MiB);
+    await c.dmaMap({ addr: 0, size: MiB, fd });
+    native.close(fd);
+    expect(t.device.dma.count).toBe(1);
+    expect(native.getSeals(sealedMemfd(uniqueName('x'), 4096)) & 2).toBe(2);
+    expect(QEMU_SEALS).toBe(7);
   });
 
   it('fds that are not regular files (/dev/zero, eventfd, socket) are EINVAL and closed', async () => {

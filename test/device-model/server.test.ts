@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { Server } from '../../src/device-model/server.ts';
 import { VfioUserClient } from '../../src/device-model/client.ts';
-import { countFds, makeTestDevice, memfdWith, uniqueName, until } from './helpers.ts';
+import { countFds, makeTestDevice, sealedMemfd, uniqueName, until } from './helpers.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 let dir: string;
@@ -46,7 +46,7 @@ describe('vfio-user server', () => {
     const c1 = VfioUserClient.connect(sock);
     await c1.version();
     const name = uniqueName('ram');
-    const ram = memfdWith(name, 1 << 20);
+    const ram = sealedMemfd(name, 1 << 20);
     await c1.dmaMap({ addr: 0, size: 1 << 20, fd: ram });
     native.close(ram);
     const e = native.eventfd(0, true);
