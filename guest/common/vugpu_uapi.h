@@ -52,7 +52,7 @@ struct vugpu_ctx_create {
 #define VUGPU_MEM_READ_ONLY 0x1     /* GPU may not write (PTE READ_ONLY) */
 
 struct vugpu_mem_alloc {
-	__u64 size;        /* bytes, rounded up to 4 KiB */
+	__u64 size;        /* in: bytes; out: the size allocated (rounded up to 4 KiB) */
 	__u32 flags;       /* VUGPU_MEM_* */
 	__u32 handle;      /* out */
 	__u64 va;          /* out: GPU virtual address */

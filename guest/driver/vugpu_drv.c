@@ -75,9 +75,17 @@ struct vugpu_file {
 	 */
 	struct rw_semaphore use;
 	struct mutex lock;
+	struct mutex map_lock;           /* maps: the VRAM ranges mmap may map */
+	struct list_head maps;
 	struct vg_ctx *ctx;
 	struct file *filp;
 	wait_queue_head_t wq;
+};
+
+/* A VRAM buffer of the file, as mmap sees it. */
+struct vugpu_map {
+	struct list_head node;
+	u64 addr, size;
 };
 
 /* Pinned user pages behind a system-memory buffer, charged to the owner's RLIMIT_MEMLOCK. */
@@ -204,6 +212,8 @@ static int vugpu_open(struct inode *inode, struct file *f)
 		return -ENOMEM;
 	init_rwsem(&fp->use);
 	mutex_init(&fp->lock);
+	mutex_init(&fp->map_lock);
+	INIT_LIST_HEAD(&fp->maps);
 	init_waitqueue_head(&fp->wq);
 	fp->filp = f;
 	mutex_lock(&vd->files_lock);
@@ -220,9 +230,12 @@ static int vugpu_open(struct inode *inode, struct file *f)
 	return 0;
 }
 
+static void map_clear(struct vugpu_file *fp);
+
 /* Tear down a file's context: stop the channel, unbind, free VRAM, unpin pages. */
 static void vugpu_file_teardown(struct vugpu_file *fp)
 {
+	map_clear(fp);
 	if (fp->ctx) {
 		vg_ctx_destroy(fp->ctx);
 		fp->ctx = NULL;
@@ -246,26 +259,83 @@ static int vugpu_release(struct inode *inode, struct file *f)
 	return 0;
 }
 
+/*
+ * Lock order: the ioctl handlers copy their arguments and pin user pages *before* taking
+ * fp->lock and copy results out after dropping it, so fp->lock is never held across a user
+ * page fault; mmap() (entered with mmap_lock held) takes only fp->map_lock, which nothing holds
+ * while waiting for another lock. That keeps mmap_lock -> fp->lock from ever being needed.
+ */
+
 static int ioc_ctx_create(struct vugpu_file *fp, void __user *uarg)
 {
 	struct vugpu_ctx_create a;
+	struct vg_ctx *c = NULL;
 	int ret;
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
 	if (a.flags)
 		return -EINVAL;
-	if (fp->ctx)
-		return -EEXIST;
-	ret = vg_ctx_create(&fp->vd->core, fp, &fp->ctx);
+	mutex_lock(&fp->lock);
+	if (fp->ctx) {
+		ret = -EEXIST;
+	} else {
+		ret = vg_ctx_create(&fp->vd->core, fp, &c);
+		if (!ret) {
+			WRITE_ONCE(fp->ctx, c);
+			a.chid = (u32)c->chid;
+			a.pd_addr = c->vm.pd_addr;
+		}
+	}
+	mutex_unlock(&fp->lock);
 	if (ret)
 		return ret;
-	a.chid = (u32)fp->ctx->chid;
-	a.pd_addr = fp->ctx->vm.pd_addr;
 	return copy_to_user(uarg, &a, sizeof(a)) ? -EFAULT : 0;
 }
 
-static int ioc_mem_alloc(struct vugpu_file *fp, void __user *uarg)
+static int map_add(struct vugpu_file *fp, u64 addr, u64 size)
+{
+	struct vugpu_map *m = kmalloc(sizeof(*m), GFP_KERNEL);
+
+	if (!m)
+		return -ENOMEM;
+	m->addr = addr;
+	m->size = size;
+	mutex_lock(&fp->map_lock);
+	list_add(&m->node, &fp->maps);
+	mutex_unlock(&fp->map_lock);
+	return 0;
+}
+
+/* Forget a mappable range and zap every user mapping of it (the VRAM may be reused at once). */
+static void map_remove(struct vugpu_file *fp, u64 addr, u64 size)
+{
+	struct vugpu_map *m, *t;
+
+	mutex_lock(&fp->map_lock);
+	list_for_each_entry_safe(m, t, &fp->maps, node) {
+		if (m->addr == addr) {
+			list_del(&m->node);
+			kfree(m);
+		}
+	}
+	mutex_unlock(&fp->map_lock);
+	unmap_mapping_range(fp->filp->f_mapping, addr, size, 1);
+}
+
+static void map_clear(struct vugpu_file *fp)
+{
+	struct vugpu_map *m, *t;
+
+	mutex_lock(&fp->map_lock);
+	list_for_each_entry_safe(m, t, &fp->maps, node) {
+		list_del(&m->node);
+		kfree(m);
+	}
+	mutex_unlock(&fp->map_lock);
+}
+
+static int ioc_mem_alloc(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
 {
 	struct vugpu_mem_alloc a;
 	struct vg_bo *bo;
@@ -273,81 +343,94 @@ static int ioc_mem_alloc(struct vugpu_file *fp, void __user *uarg)
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
-	ret = vg_ctx_vram_alloc(fp->ctx, a.size, a.flags, &bo);
+	mutex_lock(&fp->lock);
+	ret = vg_ctx_vram_alloc(c, a.size, a.flags, &bo);
+	if (!ret) {
+		a.handle = bo->handle;
+		a.va = bo->va;
+		a.size = bo->size;
+		a.mmap_offset = bo->vram_addr; /* unique device-wide: a free zaps exactly its mappings */
+		ret = map_add(fp, bo->vram_addr, bo->size);
+		if (ret)
+			vg_ctx_bo_free(c, bo);
+	}
+	mutex_unlock(&fp->lock);
 	if (ret)
 		return ret;
-	a.handle = bo->handle;
-	a.va = bo->va;
-	a.mmap_offset = bo->vram_addr; /* unique device-wide, so a free can zap exactly its mappings */
 	if (copy_to_user(uarg, &a, sizeof(a))) {
-		vg_ctx_bo_free(fp->ctx, bo);
+		/* the caller never learns the handle: give the buffer back */
+		mutex_lock(&fp->lock);
+		bo = vg_ctx_bo_find(c, a.handle);
+		if (bo) {
+			map_remove(fp, bo->vram_addr, bo->size);
+			vg_ctx_bo_free(c, bo);
+		}
+		mutex_unlock(&fp->lock);
 		return -EFAULT;
 	}
 	return 0;
 }
 
-static int ioc_mem_free(struct vugpu_file *fp, void __user *uarg)
+static int ioc_mem_free(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
 {
 	struct vugpu_mem_free a;
 	struct vg_bo *bo;
+	int ret;
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
-	bo = vg_ctx_bo_find(fp->ctx, a.handle);
-	if (!bo)
-		return -ENOENT;
-	/* user mappings of the VRAM go first: the pages may be reused at once */
-	if (!bo->sysmem)
-		unmap_mapping_range(fp->filp->f_mapping, bo->vram_addr, bo->size, 1);
-	return vg_ctx_bo_free(fp->ctx, bo);
+	mutex_lock(&fp->lock);
+	bo = vg_ctx_bo_find(c, a.handle);
+	if (!bo) {
+		ret = -ENOENT;
+	} else {
+		if (!bo->sysmem)
+			map_remove(fp, bo->vram_addr, bo->size);
+		ret = vg_ctx_bo_free(c, bo);
+	}
+	mutex_unlock(&fp->lock);
+	return ret;
 }
 
-static int ioc_host_register(struct vugpu_file *fp, void __user *uarg)
+/* Pin, charge and DMA-map a user range; fills bus[] with one bus address per 4 KiB page. */
+static int pin_range(struct vugpu_dev *vd, u64 uaddr, u64 size, bool writable, struct vugpu_pin **out,
+		     u64 **bus_out)
 {
-	struct vugpu_dev *vd = fp->vd;
-	struct vugpu_host_register a;
+	unsigned long npages = size >> PAGE_SHIFT, i = 0;
 	struct scatterlist *sg;
 	struct vugpu_pin *pin;
-	struct vg_bo *bo;
-	u64 *bus = NULL;
-	unsigned long i = 0;
+	u64 *bus;
 	long pinned;
 	int ret, k;
 
-	if (copy_from_user(&a, uarg, sizeof(a)))
-		return -EFAULT;
-	if (!a.size || (a.uaddr | a.size) & (PAGE_SIZE - 1) || a.size > VUGPU_MAX_PIN_BYTES ||
-	    (a.flags & ~VUGPU_MEM_READ_ONLY) || a.uaddr + a.size < a.uaddr)
-		return -EINVAL;
 	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
 	if (!pin)
 		return -ENOMEM;
-	pin->writable = !(a.flags & VUGPU_MEM_READ_ONLY);
+	pin->writable = writable;
 	/* pinned pages count against RLIMIT_MEMLOCK, as for vfio and RDMA */
 	pin->mm = current->mm;
 	mmgrab(pin->mm);
-	ret = account_locked_vm(pin->mm, a.size >> PAGE_SHIFT, true);
-	if (ret)
-		goto fail;
-	pin->charged = a.size >> PAGE_SHIFT;
-	pin->pages = kvmalloc_array(a.size >> PAGE_SHIFT, sizeof(*pin->pages), GFP_KERNEL);
-	bus = kvmalloc_array(a.size >> PAGE_SHIFT, sizeof(*bus), GFP_KERNEL);
+	bus = kvmalloc_array(npages, sizeof(*bus), GFP_KERNEL);
+	pin->pages = kvmalloc_array(npages, sizeof(*pin->pages), GFP_KERNEL);
 	if (!pin->pages || !bus) {
 		ret = -ENOMEM;
 		goto fail;
 	}
-	pinned = pin_user_pages_fast(a.uaddr, a.size >> PAGE_SHIFT,
-				     FOLL_LONGTERM | (pin->writable ? FOLL_WRITE : 0), pin->pages);
+	ret = account_locked_vm(pin->mm, npages, true);
+	if (ret)
+		goto fail;
+	pin->charged = npages;
+	pinned = pin_user_pages_fast(uaddr, npages, FOLL_LONGTERM | (writable ? FOLL_WRITE : 0), pin->pages);
 	if (pinned < 0) {
 		ret = pinned;
 		goto fail;
 	}
 	pin->npages = pinned;
-	if (pinned != (long)(a.size >> PAGE_SHIFT)) {
+	if (pinned != (long)npages) {
 		ret = -EFAULT;
 		goto fail;
 	}
-	ret = sg_alloc_table_from_pages(&pin->sgt, pin->pages, pin->npages, 0, a.size, GFP_KERNEL);
+	ret = sg_alloc_table_from_pages(&pin->sgt, pin->pages, pin->npages, 0, size, GFP_KERNEL);
 	if (ret)
 		goto fail;
 	ret = dma_map_sgtable(&vd->pdev->dev, &pin->sgt, DMA_BIDIRECTIONAL, 0);
@@ -359,23 +442,15 @@ static int ioc_host_register(struct vugpu_file *fp, void __user *uarg)
 		dma_addr_t addr = sg_dma_address(sg);
 		unsigned int len = sg_dma_len(sg), off;
 
-		for (off = 0; off < len && i < pin->npages; off += PAGE_SIZE)
+		for (off = 0; off < len && i < npages; off += PAGE_SIZE)
 			bus[i++] = addr + off;
 	}
-	if (i != pin->npages) {
+	if (i != npages) {
 		ret = -EIO;
 		goto fail;
 	}
-	ret = vg_ctx_sys_map(fp->ctx, bus, (u32)pin->npages, a.flags, pin, &bo);
-	if (ret)
-		goto fail;
-	kvfree(bus);
-	a.handle = bo->handle;
-	a.va = bo->va;
-	if (copy_to_user(uarg, &a, sizeof(a))) {
-		vg_ctx_bo_free(fp->ctx, bo);
-		return -EFAULT;
-	}
+	*out = pin;
+	*bus_out = bus;
 	return 0;
 fail:
 	kvfree(bus);
@@ -383,7 +458,46 @@ fail:
 	return ret;
 }
 
-static int ioc_submit(struct vugpu_file *fp, void __user *uarg)
+static int ioc_host_register(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
+{
+	struct vugpu_host_register a;
+	struct vugpu_pin *pin;
+	struct vg_bo *bo;
+	u64 *bus;
+	int ret;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (!a.size || (a.uaddr | a.size) & (PAGE_SIZE - 1) || a.size > VUGPU_MAX_PIN_BYTES ||
+	    (a.flags & ~VUGPU_MEM_READ_ONLY) || a.uaddr + a.size < a.uaddr)
+		return -EINVAL;
+	ret = pin_range(fp->vd, a.uaddr, a.size, !(a.flags & VUGPU_MEM_READ_ONLY), &pin, &bus);
+	if (ret)
+		return ret;
+	mutex_lock(&fp->lock);
+	ret = vg_ctx_sys_map(c, bus, (u32)pin->npages, a.flags, pin, &bo);
+	if (!ret) {
+		a.handle = bo->handle;
+		a.va = bo->va;
+	}
+	mutex_unlock(&fp->lock);
+	kvfree(bus);
+	if (ret) {
+		vugpu_unpin(fp->vd, pin);
+		return ret;
+	}
+	if (copy_to_user(uarg, &a, sizeof(a))) {
+		mutex_lock(&fp->lock);
+		bo = vg_ctx_bo_find(c, a.handle);
+		if (bo)
+			vg_ctx_bo_free(c, bo);
+		mutex_unlock(&fp->lock);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static int ioc_submit(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
 {
 	struct vugpu_submit a;
 	u32 *words;
@@ -401,15 +515,17 @@ static int ioc_submit(struct vugpu_file *fp, void __user *uarg)
 		kvfree(words);
 		return -EFAULT;
 	}
+	mutex_lock(&fp->lock);
 	for (;;) {
-		ret = vg_ctx_submit(fp->ctx, words, a.count, &seq);
+		ret = vg_ctx_submit(c, words, a.count, &seq);
 		if (ret != -EBUSY)
 			break;
 		/* ring full: wait for the oldest submission in flight */
-		ret = vugpu_wait_fence(fp->ctx, seq, VG_WAIT_RETIRE_MS, true);
+		ret = vugpu_wait_fence(c, seq, VG_WAIT_RETIRE_MS, true);
 		if (ret)
 			break;
 	}
+	mutex_unlock(&fp->lock);
 	kvfree(words);
 	if (ret)
 		return ret == -EINTR ? -ERESTARTSYS : ret;
@@ -424,7 +540,7 @@ static int ioc_wait(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
-	if (a.seq > c->seq)
+	if (a.seq > READ_ONCE(c->seq))
 		return -EINVAL; /* never submitted: would never pass */
 	ret = vugpu_wait_fence(c, a.seq, a.timeout_ms, true);
 	if (ret == -EINTR)
@@ -459,71 +575,75 @@ static long vugpu_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return copy_to_user(uarg, &info, sizeof(info)) ? -EFAULT : 0;
 	}
 
+	/* `use` keeps the context alive for the whole call (device removal takes it for writing) */
 	down_read(&fp->use);
 	if (READ_ONCE(vd->dead)) {
 		ret = -ENODEV;
-		goto out_use;
+		goto out;
 	}
-	if (cmd == VUGPU_IOC_WAIT) {
-		/* sleeps without the file lock (submissions may go on); `use` keeps the context */
-		c = READ_ONCE(fp->ctx);
-		ret = c ? ioc_wait(fp, c, uarg) : -ENXIO;
-		goto out_use;
-	}
-	mutex_lock(&fp->lock);
 	if (cmd == VUGPU_IOC_CTX_CREATE) {
 		ret = ioc_ctx_create(fp, uarg);
-		goto out_lock;
+		goto out;
 	}
-	c = fp->ctx;
+	c = READ_ONCE(fp->ctx);
 	if (!c) {
 		ret = -ENXIO; /* no context yet */
-		goto out_lock;
+		goto out;
 	}
 	switch (cmd) {
+	case VUGPU_IOC_WAIT:
+		ret = ioc_wait(fp, c, uarg); /* sleeps without fp->lock: submissions may go on */
+		break;
 	case VUGPU_IOC_MEM_ALLOC:
-		ret = ioc_mem_alloc(fp, uarg);
+		ret = ioc_mem_alloc(fp, c, uarg);
 		break;
 	case VUGPU_IOC_MEM_FREE:
-		ret = ioc_mem_free(fp, uarg);
+		ret = ioc_mem_free(fp, c, uarg);
 		break;
 	case VUGPU_IOC_HOST_REGISTER:
-		ret = ioc_host_register(fp, uarg);
+		ret = ioc_host_register(fp, c, uarg);
 		break;
 	case VUGPU_IOC_SUBMIT:
-		ret = ioc_submit(fp, uarg);
+		ret = ioc_submit(fp, c, uarg);
 		break;
 	default:
 		ret = -ENOTTY;
 	}
-out_lock:
-	mutex_unlock(&fp->lock);
-out_use:
+out:
 	up_read(&fp->use);
 	return ret;
 }
 
-/* mmap of a VRAM buffer through BAR1: the offset is the buffer's mmap_offset (its VRAM address). */
+/*
+ * mmap of a VRAM buffer through BAR1: the offset is the buffer's mmap_offset (its VRAM
+ * address), the range must lie inside one of this file's buffers. map_lock is held across the
+ * check and the remap, and a free removes the range under it before zapping: a mapping of
+ * freed VRAM cannot be created.
+ */
 static int vugpu_mmap(struct file *f, struct vm_area_struct *vma)
 {
 	struct vugpu_file *fp = f->private_data;
 	struct vugpu_dev *vd = fp->vd;
 	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
 	u64 len = vma->vm_end - vma->vm_start;
-	int ret;
+	struct vugpu_map *m;
+	int ret = -EINVAL;
 
-	mutex_lock(&fp->lock);
-	if (READ_ONCE(vd->dead) || !fp->ctx) {
-		ret = -ENODEV;
-	} else if (!vg_ctx_bo_find_vram(fp->ctx, off, len) || off + len > vd->bar1_size) {
-		ret = -EINVAL;
-	} else {
-		vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
-		vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
-		ret = io_remap_pfn_range(vma, vma->vm_start, (vd->bar1_start + off) >> PAGE_SHIFT, len,
-					 vma->vm_page_prot);
+	if (READ_ONCE(vd->dead))
+		return -ENODEV;
+	if (off + len < off || off + len > vd->bar1_size)
+		return -EINVAL;
+	mutex_lock(&fp->map_lock);
+	list_for_each_entry(m, &fp->maps, node) {
+		if (off >= m->addr && off + len <= m->addr + m->size) {
+			vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
+			vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+			ret = io_remap_pfn_range(vma, vma->vm_start, (vd->bar1_start + off) >> PAGE_SHIFT, len,
+						 vma->vm_page_prot);
+			break;
+		}
 	}
-	mutex_unlock(&fp->lock);
+	mutex_unlock(&fp->map_lock);
 	return ret;
 }
 
