@@ -117,6 +117,7 @@ struct vg_ctx {
 	u32 *gp_pb_start;     /* per GPFIFO slot: pushbuffer offset of its allocation */
 	u64 *gp_seq;          /* per GPFIFO slot: fence sequence number */
 	u64 seq;              /* last sequence number submitted */
+	u64 irq_armed_seq;    /* an interrupt is due once every fence up to this one has passed */
 	/* error state: written by vg_irq under the platform lock */
 	u32 err_code, err_info;
 	u64 fault_va;
@@ -183,11 +184,17 @@ struct vg_bo *vg_ctx_bo_find_vram(struct vg_ctx *c, u64 vram_addr, u64 size);
 int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo);
 
 /*
- * Copy a pushbuffer into the ring, append the fence segment, ring the doorbell. Returns 0 and
- * *seq, -EBUSY with *seq = the fence to wait for when the ring is full, -EFAULT/-EIO when the
- * channel has failed, -EINVAL for a bad size.
+ * Copy a pushbuffer into the ring, append the fence segment, ring the doorbell. flags:
+ * VUGPU_SUBMIT_FENCE_IRQ. Returns 0 and *seq, -EBUSY with *seq = the fence to wait for when the
+ * ring is full, -EFAULT/-EIO when the channel has failed, -EINVAL for a bad size or flag.
  */
-int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq);
+int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 *seq);
+/*
+ * A waiter is about to sleep for fence seq: make sure an interrupt will come once it has
+ * passed (appends a NON_STALL_INTERRUPT unless one is already due). Every platform wait that
+ * sleeps calls this first.
+ */
+int vg_ctx_arm_irq(struct vg_ctx *c, u64 seq);
 bool vg_ctx_seq_done(struct vg_ctx *c, u64 seq);
 u64 vg_ctx_seq_completed(struct vg_ctx *c);
 /* 0, or -EFAULT (MMU fault) / -EIO (other channel error); fills *err if not NULL. */

@@ -11,12 +11,21 @@
  * unmapped guard page after it, so an overrun faults instead of reaching the next buffer.
  *
  * Each submission is two GPFIFO entries: the user's segment, then a driver-owned fence segment
- * (SEMAPHORE release of the sequence number + interrupt). Keeping the fence in its own entry means
- * nothing the user writes (END_PB_SEGMENT, a truncated method) can swallow it.
+ * (SEMAPHORE release of the sequence number). Keeping the fence in its own entry means nothing
+ * the user writes (END_PB_SEGMENT, a truncated method) can swallow it.
+ *
+ * Interrupts on demand: a fence raises an interrupt only if the submitter asked for it
+ * (VUGPU_SUBMIT_FENCE_IRQ, for work it is about to wait on, e.g. copies). Otherwise a waiter that
+ * has to sleep first calls vg_ctx_arm_irq(), which appends a NON_STALL_INTERRUPT after
+ * everything queued; it fires once all of it, the awaited fence included, has executed. A burst
+ * of launches followed by one synchronisation then costs one interrupt, not one per launch (each
+ * interrupt is several trapped register accesses in a VM). Normal submissions always leave one
+ * GPFIFO entry and 8 bytes of pushbuffer free, so an interrupt request always fits.
  */
 #include "vg_priv.h"
 
-#define FENCE_RELEASE (VG_SEM_RELEASE | VG_SEM_RELEASE_INTERRUPT)
+#define READ_ERR(c) (*(volatile u32 *)&(c)->err_code)
+#define ARM_BYTES 8 /* NON_STALL_INTERRUPT header + data */
 
 /* ---- address space ---- */
 
@@ -193,11 +202,37 @@ static s64 pb_place(struct vg_ctx *c, u32 get, u32 in_flight, u32 bytes)
 	return tail - head > bytes ? (s64)head : -1;
 }
 
-int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq)
+/*
+ * Ring space for a segment of `bytes` in `slots` GPFIFO entries, leaving `keep_slots` entries
+ * and `keep_bytes` bytes free after it; the pushbuffer offset, or -1. At most N-1 entries are
+ * ever in flight (GP_PUT == GP_GET means empty).
+ */
+static s64 ring_place(struct vg_ctx *c, u32 slots, u32 bytes, u32 keep_slots, u32 keep_bytes, u32 *get)
+{
+	u32 in_flight;
+
+	*get = userd_get(c);
+	in_flight = (c->gp_put - *get + VG_GPFIFO_ENTRIES) % VG_GPFIFO_ENTRIES;
+	if (in_flight + slots + keep_slots > VG_GPFIFO_ENTRIES - 1)
+		return -1;
+	return pb_place(c, *get, in_flight, bytes + keep_bytes);
+}
+
+/* Publish GP_PUT and ring the doorbell (the segments and entries are written). */
+static void ring_kick(struct vg_ctx *c)
+{
+	/* segments and entries must be in VRAM before GP_PUT, GP_PUT before the doorbell */
+	vg_os_wmb();
+	vg_vram_wr32(c->dev, c->userd_addr + VG_USERD_GP_PUT, c->gp_put);
+	vg_os_wmb();
+	vg_wr(c->dev, VG_DOORBELL, (u32)c->chid);
+}
+
+int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 *seq)
 {
 	struct vg_dev *d = c->dev;
 	u32 fence[VG_FENCE_DWORDS];
-	u32 get, in_flight, bytes, s0, s1;
+	u32 get, bytes, s0, s1;
 	s64 off;
 	int ret;
 
@@ -206,14 +241,14 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq)
 		return ret;
 	if (!c->bound)
 		return -ENODEV;
-	if (count == 0 || count > VUGPU_SUBMIT_MAX_DWORDS)
+	if (count == 0 || count > VUGPU_SUBMIT_MAX_DWORDS || (flags & ~VUGPU_SUBMIT_FENCE_IRQ))
 		return -EINVAL;
 	bytes = (count + VG_FENCE_DWORDS) * 4;
-	get = userd_get(c);
-	in_flight = (c->gp_put - get + VG_GPFIFO_ENTRIES) % VG_GPFIFO_ENTRIES;
-	off = in_flight + 2 < VG_GPFIFO_ENTRIES ? pb_place(c, get, in_flight, bytes) : -1;
+	vg_lock(d); /* the ring is shared with vg_ctx_arm_irq, which waiters call */
+	off = ring_place(c, 2, bytes, 1, ARM_BYTES, &get);
 	if (off < 0) {
 		*seq = c->gp_seq[get];
+		vg_unlock(d);
 		return -EBUSY;
 	}
 
@@ -222,7 +257,9 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq)
 	fence[1] = VG_HI32(c->sem_va) & 0xff;
 	fence[2] = VG_LO32(c->sem_va);
 	fence[3] = (u32)c->seq;
-	fence[4] = FENCE_RELEASE;
+	fence[4] = VG_SEM_RELEASE | ((flags & VUGPU_SUBMIT_FENCE_IRQ) ? VG_SEM_RELEASE_INTERRUPT : 0);
+	if (flags & VUGPU_SUBMIT_FENCE_IRQ)
+		c->irq_armed_seq = c->seq;
 	if (words)
 		vg_vram_write(d, c->pb_addr + (u64)off, words, (size_t)count * 4);
 	vg_vram_write(d, c->pb_addr + (u64)off + (u64)count * 4, fence, sizeof(fence));
@@ -235,13 +272,40 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u64 *seq)
 	c->gp_seq[s0] = c->gp_seq[s1] = c->seq;
 	c->gp_put = (s1 + 1) % VG_GPFIFO_ENTRIES;
 	c->pb_put = (u32)off + bytes;
-	/* segments and entries must be in VRAM before GP_PUT, GP_PUT before the doorbell */
-	vg_os_wmb();
-	vg_vram_wr32(d, c->userd_addr + VG_USERD_GP_PUT, c->gp_put);
-	vg_os_wmb();
-	vg_wr(d, VG_DOORBELL, (u32)c->chid);
+	ring_kick(c);
 	*seq = c->seq;
+	vg_unlock(d);
 	return 0;
+}
+
+int vg_ctx_arm_irq(struct vg_ctx *c, u64 seq)
+{
+	struct vg_dev *d = c->dev;
+	u32 words[2] = { VG_MTHD(VG_OP_INC, 0, VG_HOST_NON_STALL_INTERRUPT, 1), 0 };
+	u32 get, slot;
+	s64 off;
+	int ret = 0;
+
+	vg_lock(d);
+	if (!c->bound || READ_ERR(c) || seq <= c->irq_armed_seq || vg_ctx_seq_done(c, seq))
+		goto out;
+	off = ring_place(c, 1, ARM_BYTES, 0, 0, &get);
+	if (off < 0) {
+		ret = -EBUSY; /* cannot happen: submissions keep room for this */
+		goto out;
+	}
+	vg_vram_write(d, c->pb_addr + (u64)off, words, sizeof(words));
+	slot = c->gp_put;
+	gp_write(c, slot, c->pb_va + (u64)off, 2);
+	c->gp_pb_start[slot] = (u32)off;
+	c->gp_seq[slot] = c->seq;
+	c->gp_put = (slot + 1) % VG_GPFIFO_ENTRIES;
+	c->pb_put = (u32)off + ARM_BYTES;
+	c->irq_armed_seq = c->seq;
+	ring_kick(c);
+out:
+	vg_unlock(d);
+	return ret;
 }
 
 bool vg_ctx_seq_done(struct vg_ctx *c, u64 seq)
@@ -339,7 +403,7 @@ static int bo_clear(struct vg_ctx *c, struct vg_bo *bo)
 	pb[n++] = 0;
 	vg_os_wmb();
 	for (;;) {
-		ret = vg_ctx_submit(c, pb, n, &seq);
+		ret = vg_ctx_submit(c, pb, n, VUGPU_SUBMIT_FENCE_IRQ, &seq);
 		if (ret != -EBUSY)
 			break;
 		ret = d->wait(c, seq, VG_WAIT_RETIRE_MS);
@@ -575,7 +639,7 @@ int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 	init[1] = VG_CLASS_COMPUTE;
 	init[2] = VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1);
 	init[3] = VG_CLASS_COPY;
-	ret = vg_ctx_submit(c, init, 4, &seq);
+	ret = vg_ctx_submit(c, init, 4, 0, &seq);
 	if (ret) {
 		vg_ctx_destroy(c);
 		return ret;

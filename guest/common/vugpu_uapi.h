@@ -74,11 +74,17 @@ struct vugpu_host_register {
 };
 
 #define VUGPU_SUBMIT_MAX_DWORDS 16384 /* 64 KiB per submission */
+/*
+ * Raise an interrupt when this submission's fence passes: for work the caller is about to wait
+ * on. Without it the fence is silent, and WAIT requests an interrupt only if it has to sleep
+ * (one interrupt for a burst of launches instead of one per launch).
+ */
+#define VUGPU_SUBMIT_FENCE_IRQ 0x1
 
 struct vugpu_submit {
 	__u64 words;   /* user pointer to the pushbuffer (u32 array) */
 	__u32 count;   /* dwords, 1 … VUGPU_SUBMIT_MAX_DWORDS */
-	__u32 flags;   /* 0 */
+	__u32 flags;   /* VUGPU_SUBMIT_* */
 	__u64 seq;     /* out: fence sequence number of this submission */
 };
 

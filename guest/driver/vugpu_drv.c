@@ -140,6 +140,7 @@ static int vugpu_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms, 
 	if (!fence_or_error(vd, c, seq)) {
 		if (!timeout_ms)
 			return vg_ctx_poll_error(c) ?: -ETIMEDOUT;
+		vg_ctx_arm_irq(c, seq); /* silent fences: ask for an interrupt before sleeping */
 		if (interruptible)
 			left = wait_event_interruptible_timeout(fp->wq, fence_or_error(vd, c, seq),
 								msecs_to_jiffies(timeout_ms));
@@ -506,7 +507,7 @@ static int ioc_submit(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
-	if (!a.count || a.count > VUGPU_SUBMIT_MAX_DWORDS || a.flags)
+	if (!a.count || a.count > VUGPU_SUBMIT_MAX_DWORDS || (a.flags & ~VUGPU_SUBMIT_FENCE_IRQ))
 		return -EINVAL;
 	words = kvmalloc_array(a.count, sizeof(u32), GFP_KERNEL);
 	if (!words)
@@ -517,7 +518,7 @@ static int ioc_submit(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg
 	}
 	mutex_lock(&fp->lock);
 	for (;;) {
-		ret = vg_ctx_submit(c, words, a.count, &seq);
+		ret = vg_ctx_submit(c, words, a.count, a.flags, &seq);
 		if (ret != -EBUSY)
 			break;
 		/* ring full: wait for the oldest submission in flight */

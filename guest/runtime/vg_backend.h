@@ -29,7 +29,8 @@ struct vg_backend {
 	int (*mem_free)(struct vg_backend_ctx *b, uint32_t handle, void *cpu, uint64_t size, int host);
 	/* drop the CPU mapping of a buffer whose GPU side goes away with close (b may be NULL) */
 	void (*unmap_cpu)(struct vg_backend_ctx *b, void *cpu, uint64_t size, int host);
-	int (*submit)(struct vg_backend_ctx *b, const uint32_t *words, uint32_t count, uint64_t *seq);
+	/* flags: VUGPU_SUBMIT_FENCE_IRQ for work the caller will wait on right away */
+	int (*submit)(struct vg_backend_ctx *b, const uint32_t *words, uint32_t count, uint32_t flags, uint64_t *seq);
 	/* 0 when the fence passed; -ETIMEDOUT, -EFAULT (MMU fault), -EIO (channel error); err always filled */
 	int (*wait)(struct vg_backend_ctx *b, uint64_t seq, uint32_t timeout_ms, struct vugpu_error *err);
 };

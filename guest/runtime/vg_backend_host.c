@@ -89,6 +89,7 @@ static int host_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms)
 
 		if (hd->vfu.failed)
 			return -EIO;
+		vg_ctx_arm_irq(c, seq); /* no-op once an interrupt is due */
 		if (t >= deadline) {
 			ret = vg_ctx_poll_error(c);
 			return ret ? ret : -ETIMEDOUT;
@@ -347,13 +348,14 @@ static void host_unmap_cpu(struct vg_backend_ctx *b, void *cpu, uint64_t size, i
 	(void)host;
 }
 
-static int host_submit(struct vg_backend_ctx *b, const uint32_t *words, uint32_t count, uint64_t *seq)
+static int host_submit(struct vg_backend_ctx *b, const uint32_t *words, uint32_t count, uint32_t flags,
+		       uint64_t *seq)
 {
 	u64 s;
 	int ret;
 
 	for (;;) {
-		ret = vg_ctx_submit(b->ctx, words, count, &s);
+		ret = vg_ctx_submit(b->ctx, words, count, flags, &s);
 		if (ret != -EBUSY)
 			break;
 		ret = host_wait_fence(b->ctx, s, VG_WAIT_RETIRE_MS);

@@ -137,9 +137,10 @@ static void kmod_unmap_cpu(struct vg_backend_ctx *b, void *cpu, uint64_t size, i
 		munmap(cpu, (size + 4095) & ~4095ull);
 }
 
-static int kmod_submit(struct vg_backend_ctx *b, const uint32_t *words, uint32_t count, uint64_t *seq)
+static int kmod_submit(struct vg_backend_ctx *b, const uint32_t *words, uint32_t count, uint32_t flags,
+		       uint64_t *seq)
 {
-	struct vugpu_submit s = { .words = (uintptr_t)words, .count = count };
+	struct vugpu_submit s = { .words = (uintptr_t)words, .count = count, .flags = flags };
 	int ret = xioctl(b->fd, VUGPU_IOC_SUBMIT, &s);
 
 	if (!ret)

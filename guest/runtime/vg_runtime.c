@@ -10,8 +10,11 @@
  * copy, sized to it (64 KiB to 4 MiB, a power of two), and grown when a larger copy comes. VUGPU_COPY=bar1 switches to CPU copies through the
  * BAR1 mapping instead (for comparison; reads of BAR1 are slow under TCG).
  *
- * Kernel parameters are written through BAR1 into a ring of 16 parameter slots (4 KiB each) in
+ * Kernel parameters are written through BAR1 into a ring of 64 parameter slots (4 KiB each) in
  * VRAM; a slot is reused once the launch that used it has completed.
+ *
+ * Copies ask for an interrupt on their fence (the runtime waits for them at once); launches do
+ * not, and vgSynchronize lets the driver request one only if it has to sleep.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,7 +29,7 @@
 
 #define STAGING_MAX (4u << 20)
 #define STAGING_MIN (64u << 10)
-#define PARAM_SLOTS 16u
+#define PARAM_SLOTS 64u
 #define PARAM_SLOT_SIZE 4096u
 #define COPY_MAX_LINE (1u << 30)
 #define PB_WORDS 512u
@@ -445,10 +448,11 @@ static void pb_copy(struct pb *p, uint64_t src, uint64_t dst, uint32_t len)
 	pb_mthd(p, VG_SUBCH_COPY, VG_COPY_LAUNCH_DMA, 1, &launch);
 }
 
-static vgResult submit(vgContext ctx, const struct pb *p, uint64_t *seq)
+/* irq: the caller waits for this submission right away (copies); launches are left silent */
+static vgResult submit(vgContext ctx, const struct pb *p, int irq, uint64_t *seq)
 {
 	uint64_t s = 0;
-	int ret = ctx->be->submit(ctx->b, p->w, p->n, &s);
+	int ret = ctx->be->submit(ctx->b, p->w, p->n, irq ? VUGPU_SUBMIT_FENCE_IRQ : 0, &s);
 
 	if (ret)
 		return be_result(ctx, ret, "submit");
@@ -470,7 +474,7 @@ static vgResult gpu_copy(vgContext ctx, uint64_t src, uint64_t dst, uint64_t len
 		uint32_t n = len > COPY_MAX_LINE ? COPY_MAX_LINE : (uint32_t)len;
 
 		if (p.n + 16 > PB_WORDS) {
-			r = submit(ctx, &p, NULL);
+			r = submit(ctx, &p, 0, NULL);
 			if (r)
 				return r;
 			p.n = 0;
@@ -481,7 +485,7 @@ static vgResult gpu_copy(vgContext ctx, uint64_t src, uint64_t dst, uint64_t len
 		len -= n;
 	}
 	if (p.n) {
-		r = submit(ctx, &p, &seq);
+		r = submit(ctx, &p, 1, &seq);
 		if (r)
 			return r;
 	}
@@ -565,7 +569,7 @@ vgResult vgMemcpyHtoD(vgContext ctx, vgDevicePtr dst, const void *src, size_t by
 		memcpy(st->cpu, s + off, n);
 		p.n = 0;
 		pb_copy(&p, st->va, dst + off, n);
-		r = submit(ctx, &p, &ctx->staging_seq[k]);
+		r = submit(ctx, &p, 1, &ctx->staging_seq[k]);
 		if (r)
 			return r;
 		off += n;
@@ -611,7 +615,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 		chunk_len[k] = bytes - next > chunk ? chunk : (uint32_t)(bytes - next);
 		p.n = 0;
 		pb_copy(&p, src + next, ctx->staging[k]->va, chunk_len[k]);
-		r = submit(ctx, &p, &ctx->staging_seq[k]);
+		r = submit(ctx, &p, 1, &ctx->staging_seq[k]);
 		if (r)
 			return r;
 		next += chunk_len[k];
@@ -629,7 +633,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 			chunk_len[k] = bytes - next > chunk ? chunk : (uint32_t)(bytes - next);
 			p.n = 0;
 			pb_copy(&p, src + next, ctx->staging[k]->va, chunk_len[k]);
-			r = submit(ctx, &p, &ctx->staging_seq[k]);
+			r = submit(ctx, &p, 1, &ctx->staging_seq[k]);
 			if (r)
 				return r;
 			next += chunk_len[k];
@@ -700,7 +704,7 @@ vgResult vgLaunch(vgContext ctx, unsigned int kernel, const unsigned int grid[3]
 		pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4 * nbuffers, b);
 	}
 	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1, &launch);
-	return submit(ctx, &p, &ctx->param_seq[slot]);
+	return submit(ctx, &p, 0, &ctx->param_seq[slot]);
 }
 
 vgResult vgSynchronize(vgContext ctx)
