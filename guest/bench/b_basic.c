@@ -35,12 +35,16 @@ static int run_loop(struct bench_run *r)
 	uint64_t done, elapsed, i, want_iters;
 	uint32_t state, ref;
 	vgDevicePtr d;
+	unsigned int launches = r->o->launches ? r->o->launches : 1;
 
 	want_iters = r->o->ms ? 0 : r->o->iters ? r->o->iters : r->o->large ? 100000000ull : 10000000ull;
 	if (r->o->ms)
 		snprintf(r->size_desc, sizeof(r->size_desc), "%u ms", r->o->ms);
 	else
 		snprintf(r->size_desc, sizeof(r->size_desc), "%llu steps", (unsigned long long)want_iters);
+	if (launches > 1)
+		snprintf(r->size_desc + strlen(r->size_desc), sizeof(r->size_desc) - strlen(r->size_desc), " x %u launches",
+			 launches);
 	if (bench_init(r))
 		return -1;
 	stage_begin(r, S_MEMALLOC);
@@ -57,9 +61,13 @@ static int run_loop(struct bench_run *r)
 	stage_begin(r, S_EXEC);
 	{
 		vgBuffer b = { d, sizeof(out) };
+		unsigned int k;
 
-		VG(r, vgLaunch(r->ctx, VG_KERNEL_LOOP, grid1, &p, sizeof(p), &b, 1));
-		VG(r, vgSynchronize(r->ctx));
+		/* --launches: a stream of kernels, each waited for (bench/fairness.ts); the last one is verified */
+		for (k = 0; k < launches; k++) {
+			VG(r, vgLaunch(r->ctx, VG_KERNEL_LOOP, grid1, &p, sizeof(p), &b, 1));
+			VG(r, vgSynchronize(r->ctx));
+		}
 	}
 	stage_end(r);
 	stage_begin(r, S_DTOH);

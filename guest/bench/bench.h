@@ -27,6 +27,7 @@ struct bench_opts {
 	unsigned int iters;    /* iterations; 0 = default */
 	unsigned int mb;       /* copy size in MiB (cpy, pincpy); 0 = default */
 	unsigned int ms;       /* loop: run for this long instead of a fixed count */
+	unsigned int launches; /* loop: kernels launched back to back, each synchronized (0 = 1) */
 	unsigned int seed;
 	int large;             /* GPUvm/G-KVM sizes */
 };

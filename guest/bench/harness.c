@@ -2,7 +2,7 @@
 /*
  * vugpu-bench: runs one benchmark (or all of them) and prints one VUGPU-BENCH line per run.
  *
- *   vugpu-bench <name>|all [--size N] [--iters N] [--mb N] [--ms N] [--seed N] [--large]
+ *   vugpu-bench <name>|all [--size N] [--iters N] [--mb N] [--ms N] [--launches N] [--seed N] [--large]
  *   vugpu-bench list
  *   vugpu-bench fault        MMU fault check: the error reaches the process, with details
  *   vugpu-bench info         driver counters (kmod: without creating a context)
@@ -292,7 +292,7 @@ static int usage(void)
 	size_t i;
 
 	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|info [--size N] [--iters N] [--mb N] [--ms N] "
-			"[--seed N] [--large]\nbenchmarks:");
+			"[--launches N] [--seed N] [--large]\nbenchmarks:");
 	for (i = 0; i < NBENCH; i++)
 		fprintf(stderr, " %s", benches[i]->name);
 	fprintf(stderr, "\n");
@@ -325,6 +325,8 @@ int main(int argc, char **argv)
 			dst = &o.mb;
 		else if (!strcmp(argv[a], "--ms"))
 			dst = &o.ms;
+		else if (!strcmp(argv[a], "--launches"))
+			dst = &o.launches;
 		else if (!strcmp(argv[a], "--seed"))
 			dst = &o.seed;
 		if (!dst || a + 1 >= argc)
