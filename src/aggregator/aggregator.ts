@@ -58,11 +58,20 @@ export interface AttachOptions {
   channels?: number;
 }
 
+/** Optional observer of scheduling events (bench/fairness.ts): times are `now()` ns. */
+export interface DeviceObserver {
+  /** A doorbell (or other submission) was announced to the scheduler. */
+  doorbell?(vm: string, atNs: number): void;
+  /** A dispatched submission ended: on the device from startNs to endNs, charged deviceNs. */
+  submission?(vm: string, startNs: number, endNs: number, deviceNs: number): void;
+}
+
 /** The submission on the device. */
 interface Submission {
   vm: Vgpu | null;
   vmId: string;
   pchid: number;
+  startNs: number;
   done: boolean;
   timer: NodeJS.Timeout | null;
   checkMs: number;
@@ -94,6 +103,8 @@ export class Aggregator implements VgpuHost {
   private readonly metrics: MetricsRegistry | null;
   private readonly t0 = process.hrtime.bigint();
   private closed = false;
+  /** Set by whoever wants per-submission timing (off the hot path when null). */
+  observer: DeviceObserver | null = null;
 
   constructor(opts: AggregatorOptions) {
     const engine = opts.engine;
@@ -306,6 +317,7 @@ export class Aggregator implements VgpuHost {
   }
 
   announce(vm: Vgpu): void {
+    this.observer?.doorbell?.(vm.name, this.now());
     this.dispatcher.doorbell(vm.name);
   }
 
@@ -321,7 +333,7 @@ export class Aggregator implements VgpuHost {
     const vm = this.vms.get(vmId) ?? null;
     const vchid = vm ? vm.takeSubmission() : -1;
     const pchid = vm && vchid >= 0 ? vm.s.channels[vchid]!.pchid : -1;
-    const sub: Submission = { vm, vmId, pchid, done: false, timer: null, checkMs: this.stallCheckMs };
+    const sub: Submission = { vm, vmId, pchid, startNs: this.now(), done: false, timer: null, checkMs: this.stallCheckMs };
     this.running = sub;
     if (!vm || pchid < 0 || !vm.dispatchable(vchid) || !this.runnable(pchid)) {
       if (vm && vchid >= 0) vm.notDispatched(vchid);
@@ -374,6 +386,7 @@ export class Aggregator implements VgpuHost {
     if (sub.timer) clearTimeout(sub.timer);
     sub.timer = null;
     if (this.running === sub) this.running = null;
+    this.observer?.submission?.(sub.vmId, sub.startNs, this.now(), deviceNs);
     if (!keepOpen && sub.pchid >= 0 && this.owner[sub.pchid] === sub.vm) this.closeChannel(sub.pchid);
     // Deferred: completions often arrive inside the engine's own processing, and the next
     // dispatch must not write a doorbell from within it.
