@@ -77,9 +77,11 @@ describe('guest suite: vugpu driver + runtime + GPUvm benchmarks in a QEMU guest
       expect(b.error, what).toBeUndefined();
       expect(b.total_us, what).toBeGreaterThan(0);
       expect(STAGES.reduce((s, k) => s + b.stages_us[k], 0), what).toBeCloseTo(b.total_us, -1);
-      // the run really went through the driver: BAR0 accesses and fence interrupts
+      // the run really went through the driver: BAR0 accesses (at least a doorbell), and fence
+      // interrupts for every benchmark that copies (copies ask for one; nop's fence may well
+      // have passed before anyone had to sleep on it)
       expect(b.mmio, what).toBeGreaterThan(0);
-      expect(b.irqs, what).toBeGreaterThan(0);
+      if (b.bench !== 'nop') expect(b.irqs, what).toBeGreaterThan(0);
     }
   });
 
