@@ -36,6 +36,9 @@ export interface VugpuOptions {
   metricsPort?: number;
   /** Trace file: record trapped MMIO and vGPU events (src/trace). */
   trace?: string;
+  /** Accept DMA fds that are not sealed against shrinking (memory-backend-file guests). A
+   * client that truncates such a file can crash the server: trusted clients only. */
+  allowUnsealedDma?: boolean;
 }
 
 export class Vugpu {
@@ -51,7 +54,7 @@ export class Vugpu {
   constructor(opts: VugpuOptions) {
     if (opts.vms.length === 0) throw new Error('at least one VM socket is required');
     this.engine = new Engine({ vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs });
-    this.server = new Server();
+    this.server = new Server(opts.allowUnsealedDma ? { limits: { dmaRequireSealed: false } } : {});
     const pt = opts.vms.filter((v) => v.mode === 'pt');
     if (pt.length > 0 && opts.vms.length > 1) {
       throw new Error('mode pt gives one VM the whole engine: it cannot be combined with other VMs');
