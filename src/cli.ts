@@ -13,7 +13,7 @@ const USAGE = `usage:
   vugpu serve --socket PATH [--socket PATH ...] [--mode pt|fv-naive|fv|pv|pv-batch]
               [--vm name=vm0,socket=PATH,mode=fv,slice=256M,weight=1 ...]
               [--vram 1G] [--channels 64] [--watchdog-ms 10000] [--policy fifo|credit|band|weighted]
-              [--metrics-port PORT] [--trace FILE] [--allow-unsealed-dma] [--trace FILE]
+              [--metrics-port PORT] [--trace FILE] [--allow-unsealed-dma]
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
   vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image`;
