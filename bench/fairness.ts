@@ -1,0 +1,324 @@
+// Fair sharing of the device between two guests (npm run bench:fairness): AvA's experiment
+// (kernels of 1 ms and 100 ms in two VMs, unfairness per 1 s window) on real QEMU guests in fv
+// mode, one run per scheduling policy.
+//
+//   VM A: `vugpu-bench loop --ms 1 --launches N`   (1 ms loop kernels back to back)
+//   VM B: `vugpu-bench loop --ms 100 --launches N` (100 ms loop kernels back to back)
+// Each launch is synchronized before the next, so every kernel is one doorbell and the guest's
+// CPU time between a completion and the next doorbell (the doorbell gap) is device idle time
+// that the VM cannot use; under TCG it is large and the report gives it per VM.
+//
+// Measurement: the server runs in this process. The aggregator's DeviceObserver reports every
+// submission (its start, end and device ns) and every doorbell on the scheduler's clock. A
+// VM's device time in a window is the device ns of its submissions spread evenly over each
+// submission's span, so a 100 ms kernel across a window boundary counts in both windows. As a
+// cross-check, a sampler in this process also reads the VMs' deviceNs counters at every window
+// boundary (those are charged at completion, so each window is quantised to whole kernels).
+// unfairness(window) = |tA − tB| / (tA + tB) (AvA; 0 = even split, 1 = one VM only); the first
+// window is skipped. Writes bench/results/fairness.json and fairness.svg, prints a table and
+// replaces the fairness section of docs/results.md.
+//   node bench/fairness.ts [--policies band,fifo,credit,weighted] [--seconds 25] [--warmup 3]
+//                          [--short-ms 1] [--long-ms 100]
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Vugpu } from '../src/server.ts';
+import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
+import { loadManifest } from '../src/vm/manifest.ts';
+import { chooseAccel } from '../src/vm/accel.ts';
+import { environment, median, mdTable, quantile, repoRoot, replaceSection, textTable, writeResult, type Cell } from './lib/common.ts';
+
+const VMS = ['A', 'B'] as const;
+type Vm = (typeof VMS)[number];
+const S = 1e9;
+const MS = 1e6;
+
+interface Options {
+  seconds: number;
+  warmupS: number;
+  shortMs: number;
+  longMs: number;
+}
+
+interface Submission { vm: Vm; start: number; end: number; ns: number }
+
+interface PolicyRun {
+  policy: string;
+  windows: { t: number; A: number; B: number; busy: number; unfairness: number; shareA: number; kernelsA: number; kernelsB: number }[];
+  /** Windows from the once-per-second counter sampler (charged at completion). */
+  sampled: { A: number; B: number; unfairness: number }[];
+  medianUnfairness: number;
+  maxUnfairness: number;
+  medianShareA: number;
+  sampledMedianUnfairness: number;
+  sampledMaxUnfairness: number;
+  deviceBusy: number;
+  gapUs: Record<Vm, { p10: number; median: number; p90: number; n: number }>;
+  kernelMs: Record<Vm, number>;
+  /** Σ observed submission device ns vs the counters' deviceNs over the same span (sanity). */
+  accountedVsCounters: number;
+  problems: string[];
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Device ns of vm in [t0, t1): each submission's ns spread evenly over its span. */
+function deviceTime(subs: Submission[], vm: Vm, t0: number, t1: number): { ns: number; kernels: number } {
+  let ns = 0;
+  let kernels = 0;
+  for (const s of subs) {
+    if (s.vm !== vm || s.ns <= 0 || s.end <= t0 || s.start >= t1) continue;
+    const span = Math.max(1, s.end - s.start);
+    ns += (s.ns * (Math.min(s.end, t1) - Math.max(s.start, t0))) / span;
+    if (s.end >= t0 && s.end < t1) kernels++;
+  }
+  return { ns, kernels };
+}
+
+/**
+ * The doorbell gap of one VM, µs: from the end of one of its kernels to the doorbell of its next
+ * kernel (guest CPU time, interrupt delivery and the launch itself; the device is idle for this
+ * VM meanwhile). Between the two the guest driver rings once more: before sleeping in
+ * vgSynchronize it asks for a completion interrupt (a zero-length submission, served after the
+ * kernel). So the kernel's doorbell is the first one after that request was served (or after
+ * the kernel's end, when the request came earlier and was already served). Kernels dispatched
+ * together with the request (both queued while the other VM held the device) give no sample.
+ */
+function doorbellGaps(subs: Submission[], doorbells: number[], t0: number, t1: number): number[] {
+  const gaps: number[] = [];
+  let prev: Submission | null = null;
+  let after = 0; // the kernel doorbell comes after this time
+  let j = 0; // doorbells are in time order, and `after` only grows
+  for (const s of subs) {
+    if (s.ns <= 0) {
+      if (prev && s.start >= prev.end) after = Math.max(after, s.start);
+      continue;
+    }
+    while (j < doorbells.length && doorbells[j]! <= after) j++;
+    if (prev && s.start >= t0 && s.start < t1 && j < doorbells.length && doorbells[j]! <= s.start) {
+      gaps.push((doorbells[j]! - prev.end) / 1e3);
+    }
+    prev = s;
+    after = s.end;
+  }
+  return gaps;
+}
+
+const unfair = (a: number, b: number) => (a + b > 0 ? Math.abs(a - b) / (a + b) : 0);
+
+async function runPolicy(policy: string, o: Options, dir: string): Promise<PolicyRun> {
+  const manifest = loadManifest();
+  const sock = (vm: Vm) => path.join(dir, `${policy}-${vm}.sock`);
+  const server = new Vugpu({
+    vramSize: 512 << 20, channels: 16, watchdogMs: 60_000, policy,
+    vms: VMS.map((vm) => ({ name: vm, socket: sock(vm), mode: 'fv' as const, slice: 128 << 20 })),
+  });
+  const agg = server.aggregator!;
+  const subs: Submission[] = [];
+  const doorbells: Record<Vm, number[]> = { A: [], B: [] };
+  agg.observer = {
+    doorbell: (vm, at) => doorbells[vm as Vm]?.push(at),
+    submission: (vm, start, end, ns) => {
+      if (vm === 'A' || vm === 'B') subs.push({ vm, start, end, ns });
+    },
+  };
+  const problems: string[] = [];
+  const guests: GuestVm[] = [];
+  const counter = (vm: Vm) => server.metrics.get(vm)?.deviceNs ?? 0;
+  try {
+    for (const vm of VMS) {
+      const ms = vm === 'A' ? o.shortMs : o.longMs;
+      // Far more launches than the run needs: the guest is stopped when the measurement is done.
+      const launches = Math.ceil(((o.warmupS + o.seconds + 60) * 1000) / ms);
+      guests.push(bootGuest({
+        manifest, sockets: [sock(vm)], run: '/bin/sh', timeoutMs: 300_000,
+        args: ['/opt/vugpu/bench-suite.sh', '--only', 'loop', '--', '--ms', String(ms), '--launches', String(launches)],
+      }));
+    }
+    // Both guests are in their kernel loop: the loop bench prints PHASE exec before its first launch.
+    const started = await Promise.all(guests.map((g) => g.waitFor((r) => r.kind === 'PHASE' && r.data.phase === 'exec')));
+    if (started.some((r) => r.kind === 'VM_EXITED')) {
+      throw new Error(`a guest exited before its kernels started:\n${guests.map((g) => g.console.slice(-15).join('\n')).join('\n---\n')}`);
+    }
+    process.stderr.write(`[fairness] ${policy}: both guests launching; ${o.warmupS} s warm-up, ${o.seconds + 1} windows of 1 s\n`);
+    const t0 = agg.now() + o.warmupS * S;
+    // The counter sampler: one reading at every window boundary, on the scheduler's clock.
+    const samples: { t: number; A: number; B: number }[] = [];
+    for (let k = 0; k <= o.seconds + 1; k++) {
+      const at = t0 + k * S;
+      await sleep(Math.max(0, (at - agg.now()) / MS));
+      samples.push({ t: agg.now(), A: counter('A'), B: counter('B') });
+    }
+    // Let the submissions that straddle the last boundary finish before looking at them.
+    await sleep(o.longMs * 3 + 500);
+    for (const g of guests) if (g.records.some((r) => r.kind === 'BENCH' || r.kind === 'EXIT')) problems.push('a guest finished its launches early');
+    const faults = VMS.map((vm) => (server.metrics.get(vm)?.faults ?? 0) + (server.metrics.get(vm)?.channelErrors ?? 0));
+    if (faults.some((f) => f > 0)) problems.push(`faults/channel errors: A ${faults[0]}, B ${faults[1]}`);
+
+    const windows: PolicyRun['windows'] = [];
+    for (let k = 0; k <= o.seconds; k++) {
+      const w0 = t0 + k * S;
+      const a = deviceTime(subs, 'A', w0, w0 + S);
+      const b = deviceTime(subs, 'B', w0, w0 + S);
+      windows.push({
+        t: k, A: a.ns / MS, B: b.ns / MS, busy: (a.ns + b.ns) / S, unfairness: unfair(a.ns, b.ns),
+        shareA: a.ns + b.ns > 0 ? a.ns / (a.ns + b.ns) : 0, kernelsA: a.kernels, kernelsB: b.kernels,
+      });
+    }
+    const sampled = samples.slice(1).map((s, i) => {
+      const p = samples[i]!;
+      return { A: (s.A - p.A) / MS, B: (s.B - p.B) / MS, unfairness: unfair(s.A - p.A, s.B - p.B) };
+    });
+    const steady = windows.slice(1); // skip the first window
+    const sampledSteady = sampled.slice(1, o.seconds + 1);
+    const tEnd = t0 + (o.seconds + 1) * S;
+    const gapUs = {} as PolicyRun['gapUs'];
+    const kernelMs = {} as PolicyRun['kernelMs'];
+    for (const vm of VMS) {
+      const gaps = doorbellGaps(subs.filter((s) => s.vm === vm), doorbells[vm], t0, tEnd);
+      gapUs[vm] = { p10: quantile(gaps, 0.1), median: median(gaps), p90: quantile(gaps, 0.9), n: gaps.length };
+      const ks = subs.filter((s) => s.vm === vm && s.ns > 0 && s.start >= t0 && s.end < tEnd).map((s) => s.ns / MS);
+      kernelMs[vm] = median(ks);
+    }
+    const accounted = subs.filter((s) => s.end > samples[0]!.t && s.end <= samples.at(-1)!.t).reduce((x, s) => x + s.ns, 0);
+    const counted = VMS.reduce((x, vm) => x + samples.at(-1)![vm] - samples[0]![vm], 0);
+    return {
+      policy,
+      windows,
+      sampled,
+      medianUnfairness: median(steady.map((w) => w.unfairness)),
+      maxUnfairness: Math.max(...steady.map((w) => w.unfairness)),
+      medianShareA: median(steady.map((w) => w.shareA)),
+      sampledMedianUnfairness: median(sampledSteady.map((w) => w.unfairness)),
+      sampledMaxUnfairness: Math.max(...sampledSteady.map((w) => w.unfairness)),
+      deviceBusy: median(steady.map((w) => w.busy)),
+      gapUs,
+      kernelMs,
+      accountedVsCounters: counted > 0 ? accounted / counted : NaN,
+      problems,
+    };
+  } finally {
+    agg.observer = null;
+    await Promise.all(guests.map((g) => g.kill()));
+    server.close();
+  }
+}
+
+// ---- plot ----
+
+function svg(runs: PolicyRun[], o: Options): string {
+  const W = 760, ph = 150, top = 46, left = 56, right = 20, gapY = 40;
+  const pw = W - left - right;
+  const H = top + runs.length * (ph + gapY) + 10;
+  const n = runs[0]?.windows.length ?? 1;
+  const x = (t: number) => left + (t / n) * pw;
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
+    `<rect width="${W}" height="${H}" fill="#fff"/>`,
+    `<text x="10" y="18" font-size="13" font-weight="bold">Share of device time per 1 s window: VM A (${o.shortMs} ms kernels) vs VM B (${o.longMs} ms kernels), two fv guests</text>`,
+    `<text x="10" y="34" fill="#555">first window (grey) skipped in the statistics; dashed: even split; unfairness = |tA − tB| / (tA + tB)</text>`,
+  ];
+  runs.forEach((r, i) => {
+    const y0 = top + i * (ph + gapY) + 14;
+    const y = (v: number) => y0 + ph - v * ph;
+    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.policy}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%</text>`);
+    parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
+    parts.push(`<rect x="${x(0)}" y="${y0}" width="${(x(1) - x(0)).toFixed(1)}" height="${ph}" fill="#eee"/>`);
+    for (const v of [0, 0.5, 1]) {
+      parts.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end">${v.toFixed(1)}</text>`);
+    }
+    parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(0.5)}" y2="${y(0.5)}" stroke="#888" stroke-dasharray="4,3"/>`);
+    for (let t = 0; t <= n; t += 5) {
+      parts.push(`<line x1="${x(t)}" x2="${x(t)}" y1="${y0 + ph}" y2="${y0 + ph + 4}" stroke="#999"/><text x="${x(t)}" y="${y0 + ph + 15}" text-anchor="middle">${t} s</text>`);
+    }
+    for (const [vm, color] of [['A', '#1f77b4'], ['B', '#d62728']] as const) {
+      const pts = r.windows.map((w) => {
+        const share = w.A + w.B > 0 ? (vm === 'A' ? w.A : w.B) / (w.A + w.B) : 0;
+        return `${x(w.t).toFixed(1)},${y(share).toFixed(1)} ${x(w.t + 1).toFixed(1)},${y(share).toFixed(1)}`;
+      });
+      parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.join(' ')}"/>`);
+    }
+    parts.push(`<text x="${left + pw}" y="${y0 - 5}" text-anchor="end"><tspan fill="#1f77b4">━ A (${o.shortMs} ms)</tspan>  <tspan fill="#d62728">━ B (${o.longMs} ms)</tspan></text>`);
+  });
+  parts.push('</svg>');
+  return `${parts.join('\n')}\n`;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    options: {
+      policies: { type: 'string', default: 'band,fifo,credit,weighted' },
+      seconds: { type: 'string', default: '25' },
+      warmup: { type: 'string', default: '3' },
+      'short-ms': { type: 'string', default: '1' },
+      'long-ms': { type: 'string', default: '100' },
+    },
+  });
+  const o: Options = { seconds: Number(values.seconds), warmupS: Number(values.warmup), shortMs: Number(values['short-ms']), longMs: Number(values['long-ms']) };
+  if (!Number.isInteger(o.seconds) || o.seconds < 3) throw new Error('--seconds must be an integer ≥ 3');
+  const policies = values.policies!.split(',');
+  const manifest = loadManifest();
+  const accel = chooseAccel();
+  const env = environment(manifest, accel);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-fair-'));
+  const runs: PolicyRun[] = [];
+  const t0 = performance.now();
+  try {
+    for (const p of policies) runs.push(await runPolicy(p, o, dir));
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  const result = {
+    date: new Date().toISOString(),
+    environment: { ...env, loadAvgAtEnd: os.loadavg().map((x) => Math.round(x * 100) / 100) },
+    setup: {
+      mode: 'fv', guests: 2, vcpusPerGuest: 1, shortKernelMs: o.shortMs, longKernelMs: o.longMs, windowS: 1,
+      windows: o.seconds, warmupS: o.warmupS, skippedWindows: 1,
+      unfairness: '|tA − tB| / (tA + tB) per 1 s window (AvA), device time spread over each submission\'s span',
+      bandYieldWindowUs: 500,
+    },
+    reference: {
+      avaMedianUnfairness1s: 0.024, avaFixedRateMedian1s: 0.026,
+      simulation: 'test/aggregator/scheduler-sim.test.ts: BAND median 2.1 % at a 50 µs doorbell gap, 4.2 % at 200 µs',
+    },
+    wallS: Math.round((performance.now() - t0) / 100) / 10,
+    runs,
+  };
+  const out = writeResult('fairness.json', result);
+  writeResult('fairness.svg', svg(runs, o));
+
+  const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
+  const head = ['policy', 'median unfairness', 'max unfairness', 'A share (median)', 'device busy', 'A gap µs p10/med/p90', 'B gap µs med', 'A kernel ms', 'B kernel ms', 'sampled median/max'];
+  const rows: Cell[][] = runs.map((r) => [
+    r.policy, pct(r.medianUnfairness), pct(r.maxUnfairness), r.medianShareA.toFixed(3), pct(r.deviceBusy),
+    `${r.gapUs.A.p10.toFixed(0)}/${r.gapUs.A.median.toFixed(0)}/${r.gapUs.A.p90.toFixed(0)}`, r.gapUs.B.median.toFixed(0),
+    r.kernelMs.A.toFixed(2), r.kernelMs.B.toFixed(1), `${pct(r.sampledMedianUnfairness)}/${pct(r.sampledMaxUnfairness)}`,
+  ]);
+  const problems = runs.flatMap((r) => r.problems.map((p) => `${r.policy}: ${p}`));
+  replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'fairness', [
+    `Measured ${result.date.slice(0, 10)} (${accel.accel.toUpperCase()}, two fv guests with one vCPU each, ${o.seconds} windows of 1 s after a ` +
+      `${o.warmupS} s warm-up and a skipped first window; host load average ${(env.loadAvgAtStart as number[])[0]} at start, ` +
+      `${result.environment.loadAvgAtEnd[0]} at the end). Raw data: \`bench/results/fairness.json\`; plot: \`bench/results/fairness.svg\`.` +
+      `${problems.length ? ` **Problems:** ${problems.join('; ')}` : ''}`,
+    '',
+    mdTable(head, rows),
+    '',
+    'Gap = a VM\'s doorbell minus the end of its previous kernel (guest CPU time between kernels, device idle for that VM). ' +
+      '"sampled" = the same statistic from the once-per-second counter sampler (device time charged at completion, so a window holds whole kernels).',
+  ].join('\n'));
+  process.stdout.write([
+    `vugpu fairness — two fv guests (${accel.accel.toUpperCase()}), A: ${o.shortMs} ms kernels, B: ${o.longMs} ms kernels, ${o.seconds} × 1 s windows`,
+    textTable(head, rows),
+    `reference: AvA median unfairness 2.4 % (1 s windows); simulation BAND 2.1 % at 50 µs gap, 4.2 % at 200 µs`,
+    ...(problems.length ? [`PROBLEMS:\n  ${problems.join('\n  ')}`] : []),
+    `written ${path.relative(process.cwd(), out)}, bench/results/fairness.svg and docs/results.md (${result.wallS} s)`,
+  ].join('\n') + '\n');
+  if (problems.length) process.exitCode = 1;
+}
+
+main().catch((err: Error) => {
+  process.stderr.write(`[fairness] ${err.stack ?? err.message}\n`);
+  process.exit(1);
+});
