@@ -6,7 +6,7 @@
 // Ranges (the PRAMIN window) are trap handlers over an offset span. The rows compile into the
 // engine's RegisterFile (QEMU Register API style), so reset, masks and snapshots come from the
 // table; the BAR0 access rules of hw-spec §3 (8-byte split, narrow merge) live in mmioRead/Write.
-import { RegisterFile, type RegisterInfo, type RegisterSnapshot } from '../gpu/regs.ts';
+import { RegisterFile, readSized, writeSized, type RegisterInfo, type RegisterSnapshot } from '../gpu/regs.ts';
 
 export type Access = 'pass' | 'emulate' | 'trap';
 
@@ -80,15 +80,7 @@ export class RegisterView {
   read(offset: number, size: number): number | bigint {
     const g = this.range(offset);
     if (g) return g.read(offset - g.start, size);
-    if (size === 8) {
-      const lo = this.read32(offset);
-      const hi = this.read32(offset + 4);
-      return (BigInt(hi) << 32n) | BigInt(lo);
-    }
-    const v = this.read32(offset & ~3);
-    if (size === 4) return v;
-    const shift = (offset & 3) * 8;
-    return (v >>> shift) & (size === 1 ? 0xff : 0xffff);
+    return readSized(this.read32Fn, offset, size);
   }
 
   write(offset: number, size: number, value: number | bigint): void {
@@ -97,25 +89,16 @@ export class RegisterView {
       g.write(offset - g.start, size, value);
       return;
     }
-    if (size === 8) {
-      const v = BigInt.asUintN(64, BigInt(value));
-      this.regs.write(offset, Number(v & 0xffffffffn));
-      this.regs.write(offset + 4, Number(v >> 32n));
-      return;
-    }
-    const v = Number(value) >>> 0;
-    if (size === 4) {
-      this.regs.write(offset, v);
-      return;
-    }
-    // Narrow write: merged into the current value, then the normal 32-bit path (hw-spec §3).
-    const base = offset & ~3;
-    if (!this.regs.has(base)) return;
-    const shift = (offset & 3) * 8;
-    const mask = (size === 1 ? 0xff : 0xffff) << shift;
-    const cur = this.regs.get(base);
-    this.regs.write(base, ((cur & ~mask) | ((v << shift) & mask)) >>> 0);
+    writeSized(this.currentFn, this.write32Fn, offset, size, value);
   }
+
+  // Bound once so the sized-access helpers allocate nothing per access. Narrow writes to an
+  // unlisted offset merge into 0 and are then ignored by the register file.
+  private readonly read32Fn = (offset: number): number => this.read32(offset);
+  private readonly write32Fn = (offset: number, value: number): void => {
+    this.regs.write(offset, value);
+  };
+  private readonly currentFn = (base: number): number => (this.regs.has(base) ? this.regs.get(base) : 0);
 
   /** Unlisted offsets read 0. */
   private read32(offset: number): number {

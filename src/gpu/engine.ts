@@ -3,7 +3,7 @@
 // aggregator drive it through mmioRead/mmioWrite, share vramFd, supply the bus resolver and
 // receive interrupts through a callback.
 import { logger, type Logger } from '../log.ts';
-import { RegisterFile, type RegisterInfo, type RegisterSnapshot } from './regs.ts';
+import { RegisterFile, readSized, writeSized, type RegisterInfo, type RegisterSnapshot } from './regs.ts';
 import { Vram } from './vram.ts';
 import { NO_BUS, type BusResolver } from './bus.ts';
 import { Interrupts, type InterruptSink } from './irq.ts';
@@ -138,15 +138,7 @@ export class Engine implements GpuCore {
     if (offset >= PRAMIN_WINDOW && offset < PRAMIN_WINDOW + PRAMIN_WINDOW_SIZE) {
       return this.praminRead(offset - PRAMIN_WINDOW, size);
     }
-    if (size === 8) {
-      const lo = this.read32(offset);
-      const hi = this.read32(offset + 4);
-      return (BigInt(hi) << 32n) | BigInt(lo);
-    }
-    const v = this.read32(offset & ~3);
-    if (size === 4) return v;
-    const shift = (offset & 3) * 8;
-    return (v >>> shift) & (size === 1 ? 0xff : 0xffff);
+    return readSized(this.read32Fn, offset, size);
   }
 
   mmioWrite(offset: number, size: number, value: number | bigint): void {
@@ -154,24 +146,13 @@ export class Engine implements GpuCore {
       this.praminWrite(offset - PRAMIN_WINDOW, size, value);
       return;
     }
-    if (size === 8) {
-      const v = BigInt(value);
-      this.write32(offset, Number(v & 0xffffffffn));
-      this.write32(offset + 4, Number((v >> 32n) & 0xffffffffn));
-      return;
-    }
-    const v = Number(value) >>> 0;
-    if (size === 4) {
-      this.write32(offset, v);
-      return;
-    }
-    // Narrow write: merge into the current value, then take the normal 32-bit path.
-    const base = offset & ~3;
-    const shift = (offset & 3) * 8;
-    const mask = (size === 1 ? 0xff : 0xffff) << shift;
-    const cur = this.regs.has(base) ? this.regs.get(base) : 0;
-    this.write32(base, ((cur & ~mask) | ((v << shift) & mask)) >>> 0);
+    writeSized(this.currentFn, this.write32Fn, offset, size, value);
   }
+
+  // Bound once so the sized-access helpers allocate nothing per access.
+  private readonly read32Fn = (offset: number): number => this.read32(offset);
+  private readonly write32Fn = (offset: number, value: number): void => this.write32(offset, value);
+  private readonly currentFn = (base: number): number => (this.regs.has(base) ? this.regs.get(base) : 0);
 
   private read32(offset: number): number {
     const v = this.regs.read(offset);

@@ -109,3 +109,46 @@ export class RegisterFile {
     });
   }
 }
+
+/** Reads a 32-bit register, or answers 0 for an unlisted offset. */
+export type Read32 = (offset: number) => number;
+export type Write32 = (offset: number, value: number) => void;
+
+/**
+ * hw-spec §3 access sizes over 32-bit registers: an 8-byte read is two 32-bit reads, low word
+ * first; 1- and 2-byte reads return the byte lanes of the 32-bit register.
+ */
+export function readSized(read32: Read32, offset: number, size: number): number | bigint {
+  if (size === 8) {
+    const lo = read32(offset);
+    const hi = read32(offset + 4);
+    return (BigInt(hi) << 32n) | BigInt(lo);
+  }
+  const v = read32(offset & ~3);
+  if (size === 4) return v;
+  const shift = (offset & 3) * 8;
+  return (v >>> shift) & (size === 1 ? 0xff : 0xffff);
+}
+
+/**
+ * hw-spec §3 write sizes: an 8-byte write is two 32-bit writes, low word first; a 1- or 2-byte
+ * write is merged into the register's current value (`current`, 0 for unlisted offsets) and
+ * goes through the normal 32-bit path, so a narrow write to a trigger register triggers.
+ */
+export function writeSized(current: Read32, write32: Write32, offset: number, size: number, value: number | bigint): void {
+  if (size === 8) {
+    const v = BigInt.asUintN(64, BigInt(value));
+    write32(offset, Number(v & 0xffffffffn));
+    write32(offset + 4, Number(v >> 32n));
+    return;
+  }
+  const v = Number(value) >>> 0;
+  if (size === 4) {
+    write32(offset, v);
+    return;
+  }
+  const base = offset & ~3;
+  const shift = (offset & 3) * 8;
+  const mask = (size === 1 ? 0xff : 0xffff) << shift;
+  write32(base, ((current(base) & ~mask) | ((v << shift) & mask)) >>> 0);
+}
