@@ -85,6 +85,7 @@ static int run_bfs(struct bench_run *r)
 	r->checksum = 0;
 	for (v = 0; v < n; v++)
 		r->checksum += cost[v];
+	digest_bytes(cost, (size_t)n * sizeof(*cost));
 	stage_end(r);
 	stage_begin(r, S_CLOSE);
 	VGO(r, vgMemFree(r->ctx, doff));

@@ -87,6 +87,8 @@ uint32_t rng_u32(uint64_t *s);
 float rng_unit(uint64_t *s); /* [0, 1) */
 
 /* DataRead pass */
+/* Fold output bytes into the run's "digest" (FNV-1a; sum_u32/sum_f32 do it too). */
+void digest_bytes(const void *p, size_t n);
 double sum_u32(const uint32_t *p, size_t n);
 double sum_f32(const float *p, size_t n);
 /* verification helpers: number of mismatching elements */

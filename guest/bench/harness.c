@@ -87,11 +87,29 @@ float rng_unit(uint64_t *s)
 	return (float)(rng_u32(s) >> 8) * (1.0f / 16777216.0f);
 }
 
+/* FNV-1a over every output the run read back (sum_*, digest_bytes): bit-exact comparison of runs
+ * (test/integration/hostile.test.ts compares a co-tenant under attack with a solo run). */
+static uint32_t out_digest;
+static int out_digested;
+
+void digest_bytes(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	size_t i;
+
+	if (!out_digested)
+		out_digest = 0x811c9dc5u;
+	out_digested = 1;
+	for (i = 0; i < n; i++)
+		out_digest = (out_digest ^ b[i]) * 0x01000193u;
+}
+
 double sum_u32(const uint32_t *p, size_t n)
 {
 	double s = 0;
 	size_t i;
 
+	digest_bytes(p, n * sizeof(*p));
 	for (i = 0; i < n; i++)
 		s += p[i];
 	return s;
@@ -102,6 +120,7 @@ double sum_f32(const float *p, size_t n)
 	double s = 0;
 	size_t i;
 
+	digest_bytes(p, n * sizeof(*p));
 	for (i = 0; i < n; i++)
 		s += p[i];
 	return s;
@@ -190,6 +209,7 @@ static int run_one(const struct bench *b, const struct bench_opts *o)
 	r.o = o;
 	r.cur = -1;
 	r.verified = -1;
+	out_digested = 0;
 	b->run(&r);
 	stage_end(&r);
 	if (r.ctx) {
@@ -208,6 +228,8 @@ static int run_one(const struct bench *b, const struct bench_opts *o)
 		printf("%s\"%s\":%.1f", i ? "," : "", stage_names[i], r.stage_us[i]);
 	printf("},\"total_us\":%.1f,\"driver_us\":%.1f,\"verified\":%s,\"checksum\":%.6g", total, r.driver_us,
 	       r.verified == 1 ? "true" : r.verified == 0 ? "false" : "null", r.checksum);
+	if (out_digested)
+		printf(",\"digest\":\"0x%08x\"", out_digest);
 	printf(",\"mmio\":%llu,\"irqs\":%llu,\"pv_calls\":%llu,\"pv\":%u",
 	       (unsigned long long)(r.info1.mmio_count - r.info0.mmio_count),
 	       (unsigned long long)(r.info1.irq_count[0] + r.info1.irq_count[1] + r.info1.irq_count[2] -
