@@ -90,6 +90,8 @@ export class Aggregator implements VgpuHost {
   /** Physical chid → owning VM and its virtual chid. */
   private readonly owner: (Vgpu | null)[];
   private readonly ownerVchid: Int16Array;
+  /** Physical channels each VM holds. */
+  private readonly held = new Map<Vgpu, number>();
   private readonly shadowInst: number[];
   private readonly runlistPages: [number, number];
   private runlistFlip = 0;
@@ -245,6 +247,7 @@ export class Aggregator implements VgpuHost {
     this.metrics?.unregister(vm.name);
     this.byIndex[vm.index] = null;
     this.vms.delete(vm.name);
+    this.held.delete(vm);
     // Cancelled jobs may still write into the slice until they notice: quarantine it.
     const base = vm.slice.base;
     const release = () => {
@@ -270,17 +273,43 @@ export class Aggregator implements VgpuHost {
 
   // ---- VgpuHost: physical resources ----
 
+  /**
+   * A physical channel for (vm, vchid), or −1. The pool is shared but no VM can starve another:
+   * each attached VM is guaranteed min(its virtual channels, ⌊channels / VMs⌋) physical
+   * channels, and beyond its guarantee a VM takes a free channel only while enough stay free
+   * for the other VMs' unused guarantees. A guest that binds every channel it has gets refused
+   * binds on its own channels (hw-spec §10: a VM may only hurt itself). Work-conserving: a VM
+   * alone gets the whole pool.
+   */
   allocChid(vm: Vgpu, vchid: number): number {
     const p = this.owner.indexOf(null);
     if (p < 0) return -1;
+    const held = this.held.get(vm) ?? 0;
+    if (held >= this.guarantee(vm)) {
+      let free = 0;
+      for (const o of this.owner) if (!o) free++;
+      let reserved = 0;
+      for (const other of this.vms.values()) {
+        if (other !== vm) reserved += Math.max(0, this.guarantee(other) - (this.held.get(other) ?? 0));
+      }
+      if (free - 1 < reserved) return -1;
+    }
     this.owner[p] = vm;
     this.ownerVchid[p] = vchid;
+    this.held.set(vm, held + 1);
     return p;
   }
 
   freeChid(pchid: number): void {
+    const vm = this.owner[pchid];
+    if (vm) this.held.set(vm, Math.max(0, (this.held.get(vm) ?? 0) - 1));
     this.owner[pchid] = null;
     this.ownerVchid[pchid] = -1;
+  }
+
+  /** Physical channels a VM can always get (its fair share of the pool). */
+  private guarantee(vm: Vgpu): number {
+    return Math.min(vm.vchannels, Math.floor(this.channels / Math.max(1, this.vms.size)));
   }
 
   /** Physical chids in use. */

@@ -35,14 +35,16 @@ async function madd(g: Guest, n: number, seed: number, ch: HostChannel = g.ch): 
 }
 
 describe('physical channel pool', () => {
-  it('an exhausted pool gives only that guest a channel error; a freed channel can be bound again', async () => {
+  it('no VM can starve another: beyond its fair share a bind is refused on that guest only; a freed channel can be bound again', async () => {
     h = host({ channels: 8 });
     const good = attach(h.agg, { name: 'good', mode: 'fv', slice: 32 << 20 });
     const greedy = attach(h.agg, { name: 'greedy', mode: 'fv', slice: 64 << 20 });
+    // 8 physical channels, 2 VMs: each is guaranteed 4. greedy takes its 4 ...
     const mine: HostChannel[] = [greedy.ch];
-    for (let i = 0; i < 6; i++) mine.push(greedy.drv.createChannel(greedy.gvm, { pushbufferSize: 64 << 10 }));
-    expect(h.agg.chidsInUse).toBe(8);
+    for (let i = 0; i < 3; i++) mine.push(greedy.drv.createChannel(greedy.gvm, { pushbufferSize: 64 << 10 }));
+    expect(h.agg.chidsInUse).toBe(5);
     expect(greedy.vm.counters.poolExhausted).toBe(0);
+    // ... but not the free ones good is guaranteed.
     const refused = greedy.drv.createChannel(greedy.gvm, { pushbufferSize: 64 << 10 });
     expect(greedy.vm.counters.poolExhausted).toBe(1);
     expect(greedy.rd(S.PFIFO_CHAN_ERR + 8 * refused.chid)).toBe(S.CHAN_ERR.BAD_INSTANCE);
@@ -50,8 +52,13 @@ describe('physical channel pool', () => {
     const err = await refused.fence().then(() => null, (e: unknown) => e);
     expect(err).toBeInstanceOf(GpuError);
     expect((err as GpuError).code).toBe(S.CHAN_ERR.BAD_INSTANCE);
-    // Nobody else noticed.
+    // Nobody else noticed: good still binds its whole share.
+    const goods: HostChannel[] = [good.ch];
+    for (let i = 0; i < 3; i++) goods.push(good.drv.createChannel(good.gvm, { pushbufferSize: 64 << 10 }));
+    expect(h.agg.chidsInUse).toBe(8);
+    expect(good.vm.counters.poolExhausted).toBe(0);
     await madd(good, 24, 1);
+    for (const c of goods) await c.launch(K.NOP, []);
     expect(good.vm.counters.channelErrors + good.vm.counters.faults).toBe(0);
     for (const c of mine) await c.launch(K.NOP, []);
     // Free one, rebind the refused one: it works now.
@@ -60,6 +67,16 @@ describe('physical channel pool', () => {
     refused.bind();
     await madd(greedy, 16, 2, refused);
     expect(h.agg.chidsInUse).toBe(8);
+  });
+
+  it('a VM alone gets the whole pool', async () => {
+    h = host({ channels: 8 });
+    const only = attach(h.agg, { name: 'only', mode: 'fv', slice: 32 << 20 });
+    const mine: HostChannel[] = [only.ch];
+    for (let i = 0; i < 7; i++) mine.push(only.drv.createChannel(only.gvm, { pushbufferSize: 64 << 10 }));
+    expect(h.agg.chidsInUse).toBe(8);
+    expect(only.vm.counters.poolExhausted).toBe(0);
+    for (const c of mine) await c.launch(K.NOP, []);
   });
 });
 
