@@ -18,7 +18,9 @@
 // window is skipped. Writes bench/results/fairness.json and fairness.svg, prints a table and
 // replaces the fairness section of docs/results.md.
 //   node bench/fairness.ts [--policies band,fifo,credit,weighted] [--seconds 25] [--warmup 3]
-//                          [--short-ms 1] [--long-ms 100]
+//                          [--short-ms 1] [--long-ms 100] [--rounds 2]
+// With --rounds N every policy runs N times, the policies interleaved: guest CPU timing depends
+// on what else the host runs, and the spread between rounds shows how much.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -27,6 +29,7 @@ import { Vugpu } from '../src/server.ts';
 import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
+import { cpuInterval } from './lib/cpu.ts';
 import { environment, median, mdTable, quantile, repoRoot, replaceSection, textTable, writeResult, type Cell } from './lib/common.ts';
 
 const VMS = ['A', 'B'] as const;
@@ -45,6 +48,9 @@ interface Submission { vm: Vm; start: number; end: number; ns: number }
 
 interface PolicyRun {
   policy: string;
+  /** Round (1-based): with --rounds N every policy runs N times, interleaved. */
+  round: number;
+  label: string;
   windows: { t: number; A: number; B: number; busy: number; unfairness: number; shareA: number; kernelsA: number; kernelsB: number }[];
   /** Windows from the once-per-second counter sampler (charged at completion). */
   sampled: { A: number; B: number; unfairness: number }[];
@@ -54,10 +60,20 @@ interface PolicyRun {
   sampledMedianUnfairness: number;
   sampledMaxUnfairness: number;
   deviceBusy: number;
-  gapUs: Record<Vm, { p10: number; median: number; p90: number; n: number }>;
+  /** Device idle time per A kernel, µs (median over windows): what A's turns lose to its gaps. */
+  idlePerKernelUs: number;
+  /**
+   * The unfairness expected if every turn got the same wall time and A's idle time counted
+   * against A: idle / (2·kernel + idle). BAND's sliding window tends to that (band.ts).
+   */
+  equalTurnUnfairness: number;
+  /** Doorbell gaps, µs; overYield = the fraction longer than 1 ms (BAND's 500 µs yield window, on 1 ms timers). */
+  gapUs: Record<Vm, { p10: number; median: number; p90: number; p99: number; overYield: number; n: number }>;
   kernelMs: Record<Vm, number>;
   /** Σ observed submission device ns vs the counters' deviceNs over the same span (sanity). */
   accountedVsCounters: number;
+  /** CPU use over the measured windows, in cores: the whole host, this benchmark (server + guests), everyone else. */
+  cpuCores: { host: number; ours: number; others: number };
   problems: string[];
 }
 
@@ -107,9 +123,9 @@ function doorbellGaps(subs: Submission[], doorbells: number[], t0: number, t1: n
 
 const unfair = (a: number, b: number) => (a + b > 0 ? Math.abs(a - b) / (a + b) : 0);
 
-async function runPolicy(policy: string, o: Options, dir: string): Promise<PolicyRun> {
+async function runPolicy(policy: string, round: number, label: string, o: Options, dir: string): Promise<PolicyRun> {
   const manifest = loadManifest();
-  const sock = (vm: Vm) => path.join(dir, `${policy}-${vm}.sock`);
+  const sock = (vm: Vm) => path.join(dir, `${policy}-${round}-${vm}.sock`);
   const server = new Vugpu({
     vramSize: 512 << 20, channels: 16, watchdogMs: 60_000, policy,
     vms: VMS.map((vm) => ({ name: vm, socket: sock(vm), mode: 'fv' as const, slice: 128 << 20 })),
@@ -141,15 +157,19 @@ async function runPolicy(policy: string, o: Options, dir: string): Promise<Polic
     if (started.some((r) => r.kind === 'VM_EXITED')) {
       throw new Error(`a guest exited before its kernels started:\n${guests.map((g) => g.console.slice(-15).join('\n')).join('\n---\n')}`);
     }
-    process.stderr.write(`[fairness] ${policy}: both guests launching; ${o.warmupS} s warm-up, ${o.seconds + 1} windows of 1 s\n`);
+    process.stderr.write(`[fairness] ${label}: both guests launching; ${o.warmupS} s warm-up, ${o.seconds + 1} windows of 1 s\n`);
     const t0 = agg.now() + o.warmupS * S;
     // The counter sampler: one reading at every window boundary, on the scheduler's clock.
     const samples: { t: number; A: number; B: number }[] = [];
+    let endCpu: (() => ReturnType<ReturnType<typeof cpuInterval>>) | null = null;
     for (let k = 0; k <= o.seconds + 1; k++) {
       const at = t0 + k * S;
       await sleep(Math.max(0, (at - agg.now()) / MS));
       samples.push({ t: agg.now(), A: counter('A'), B: counter('B') });
+      if (k === 0) endCpu = cpuInterval(() => guests.flatMap((g) => (g.child.pid ? [g.child.pid] : [])));
     }
+    const use = endCpu!();
+    const cores = (f: number) => Math.round(f * use.cpus * 100) / 100;
     // Let the submissions that straddle the last boundary finish before looking at them.
     await sleep(o.longMs * 3 + 500);
     for (const g of guests) if (g.records.some((r) => r.kind === 'BENCH' || r.kind === 'EXIT')) problems.push('a guest finished its launches early');
@@ -177,14 +197,20 @@ async function runPolicy(policy: string, o: Options, dir: string): Promise<Polic
     const kernelMs = {} as PolicyRun['kernelMs'];
     for (const vm of VMS) {
       const gaps = doorbellGaps(subs.filter((s) => s.vm === vm), doorbells[vm], t0, tEnd);
-      gapUs[vm] = { p10: quantile(gaps, 0.1), median: median(gaps), p90: quantile(gaps, 0.9), n: gaps.length };
+      gapUs[vm] = {
+        p10: quantile(gaps, 0.1), median: median(gaps), p90: quantile(gaps, 0.9), p99: quantile(gaps, 0.99),
+        overYield: gaps.filter((g) => g > 1000).length / Math.max(1, gaps.length), n: gaps.length,
+      };
       const ks = subs.filter((s) => s.vm === vm && s.ns > 0 && s.start >= t0 && s.end < tEnd).map((s) => s.ns / MS);
       kernelMs[vm] = median(ks);
     }
+    const idleUs = median(steady.map((w) => (w.kernelsA > 0 ? ((1 - w.busy) * 1e6) / w.kernelsA : NaN)).filter((x) => !Number.isNaN(x)));
     const accounted = subs.filter((s) => s.end > samples[0]!.t && s.end <= samples.at(-1)!.t).reduce((x, s) => x + s.ns, 0);
     const counted = VMS.reduce((x, vm) => x + samples.at(-1)![vm] - samples[0]![vm], 0);
     return {
       policy,
+      round,
+      label,
       windows,
       sampled,
       medianUnfairness: median(steady.map((w) => w.unfairness)),
@@ -193,9 +219,12 @@ async function runPolicy(policy: string, o: Options, dir: string): Promise<Polic
       sampledMedianUnfairness: median(sampledSteady.map((w) => w.unfairness)),
       sampledMaxUnfairness: Math.max(...sampledSteady.map((w) => w.unfairness)),
       deviceBusy: median(steady.map((w) => w.busy)),
+      idlePerKernelUs: idleUs,
+      equalTurnUnfairness: idleUs / 1e3 / (2 * kernelMs.A + idleUs / 1e3),
       gapUs,
       kernelMs,
       accountedVsCounters: counted > 0 ? accounted / counted : NaN,
+      cpuCores: { host: cores(use.hostBusy), ours: cores(use.ours), others: cores(use.others) },
       problems,
     };
   } finally {
@@ -222,7 +251,7 @@ function svg(runs: PolicyRun[], o: Options): string {
   runs.forEach((r, i) => {
     const y0 = top + i * (ph + gapY) + 14;
     const y = (v: number) => y0 + ph - v * ph;
-    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.policy}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%</text>`);
+    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.label}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%</text>`);
     parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
     parts.push(`<rect x="${x(0)}" y="${y0}" width="${(x(1) - x(0)).toFixed(1)}" height="${ph}" fill="#eee"/>`);
     for (const v of [0, 0.5, 1]) {
@@ -254,11 +283,14 @@ async function main(): Promise<void> {
       warmup: { type: 'string', default: '3' },
       'short-ms': { type: 'string', default: '1' },
       'long-ms': { type: 'string', default: '100' },
+      rounds: { type: 'string', default: '2' },
     },
   });
   const o: Options = { seconds: Number(values.seconds), warmupS: Number(values.warmup), shortMs: Number(values['short-ms']), longMs: Number(values['long-ms']) };
   if (!Number.isInteger(o.seconds) || o.seconds < 3) throw new Error('--seconds must be an integer ≥ 3');
   const policies = values.policies!.split(',');
+  const rounds = Number(values.rounds);
+  if (!Number.isInteger(rounds) || rounds < 1) throw new Error('--rounds must be an integer ≥ 1');
   const manifest = loadManifest();
   const accel = chooseAccel();
   const env = environment(manifest, accel);
@@ -266,7 +298,9 @@ async function main(): Promise<void> {
   const runs: PolicyRun[] = [];
   const t0 = performance.now();
   try {
-    for (const p of policies) runs.push(await runPolicy(p, o, dir));
+    for (let k = 1; k <= rounds; k++) {
+      for (const p of policies) runs.push(await runPolicy(p, k, rounds > 1 ? `${p} #${k}` : p, o, dir));
+    }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
@@ -275,7 +309,7 @@ async function main(): Promise<void> {
     environment: { ...env, loadAvgAtEnd: os.loadavg().map((x) => Math.round(x * 100) / 100) },
     setup: {
       mode: 'fv', guests: 2, vcpusPerGuest: 1, shortKernelMs: o.shortMs, longKernelMs: o.longMs, windowS: 1,
-      windows: o.seconds, warmupS: o.warmupS, skippedWindows: 1,
+      windows: o.seconds, warmupS: o.warmupS, skippedWindows: 1, rounds,
       unfairness: '|tA − tB| / (tA + tB) per 1 s window (AvA), device time spread over each submission\'s span',
       bandYieldWindowUs: 500,
     },
@@ -290,13 +324,18 @@ async function main(): Promise<void> {
   writeResult('fairness.svg', svg(runs, o));
 
   const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
-  const head = ['policy', 'median unfairness', 'max unfairness', 'A share (median)', 'device busy', 'A gap µs p10/med/p90', 'B gap µs med', 'A kernel ms', 'B kernel ms', 'sampled median/max'];
+  const head = ['policy', 'median unfairness', 'max unfairness', 'A share (median)', 'device busy', 'A gap µs p10/med/p90/p99', 'A gaps > 1 ms', 'B gap µs med',
+    'idle µs per A kernel', 'equal-turn model', 'A kernel ms', 'B kernel ms', 'sampled median/max',
+    'CPU cores: ours/others'];
   const rows: Cell[][] = runs.map((r) => [
-    r.policy, pct(r.medianUnfairness), pct(r.maxUnfairness), r.medianShareA.toFixed(3), pct(r.deviceBusy),
-    `${r.gapUs.A.p10.toFixed(0)}/${r.gapUs.A.median.toFixed(0)}/${r.gapUs.A.p90.toFixed(0)}`, r.gapUs.B.median.toFixed(0),
+    r.label, pct(r.medianUnfairness), pct(r.maxUnfairness), r.medianShareA.toFixed(3), pct(r.deviceBusy),
+    `${r.gapUs.A.p10.toFixed(0)}/${r.gapUs.A.median.toFixed(0)}/${r.gapUs.A.p90.toFixed(0)}/${r.gapUs.A.p99.toFixed(0)}`,
+    pct(r.gapUs.A.overYield), r.gapUs.B.median.toFixed(0),
+    r.idlePerKernelUs.toFixed(0), pct(r.equalTurnUnfairness),
     r.kernelMs.A.toFixed(2), r.kernelMs.B.toFixed(1), `${pct(r.sampledMedianUnfairness)}/${pct(r.sampledMaxUnfairness)}`,
+    `${r.cpuCores.ours.toFixed(2)}/${r.cpuCores.others.toFixed(2)}`,
   ]);
-  const problems = runs.flatMap((r) => r.problems.map((p) => `${r.policy}: ${p}`));
+  const problems = runs.flatMap((r) => r.problems.map((p) => `${r.label}: ${p}`));
   replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'fairness', [
     `Measured ${result.date.slice(0, 10)} (${accel.accel.toUpperCase()}, two fv guests with one vCPU each, ${o.seconds} windows of 1 s after a ` +
       `${o.warmupS} s warm-up and a skipped first window; host load average ${(env.loadAvgAtStart as number[])[0]} at start, ` +
@@ -305,7 +344,10 @@ async function main(): Promise<void> {
     '',
     mdTable(head, rows),
     '',
-    'Gap = a VM\'s doorbell minus the end of its previous kernel (guest CPU time between kernels, device idle for that VM). ' +
+    'Gap = a VM\'s kernel doorbell minus the end of its previous kernel (guest CPU time, interrupt delivery and the driver\'s ' +
+      'interrupt request in between; device idle for that VM). Idle per A kernel = the device\'s idle time in a window divided by ' +
+      'A\'s kernels in it; the equal-turn model = idle / (2·kernel + idle), the unfairness if both VMs got equal wall time per turn ' +
+      'and A lost its idle time. ' +
       '"sampled" = the same statistic from the once-per-second counter sampler (device time charged at completion, so a window holds whole kernels).',
   ].join('\n'));
   process.stdout.write([
