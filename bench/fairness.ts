@@ -19,6 +19,7 @@
 // replaces the fairness section of docs/results.md.
 //   node bench/fairness.ts [--policies band,fifo,credit,weighted] [--seconds 25] [--warmup 3]
 //                          [--short-ms 1] [--long-ms 100] [--rounds 2]
+//   node bench/fairness.ts --replot    (plot, table and docs section again from fairness.json)
 // With --rounds N every policy runs N times, the policies interleaved: guest CPU timing depends
 // on what else the host runs, and the spread between rounds shows how much.
 import fs from 'node:fs';
@@ -30,7 +31,9 @@ import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
 import { cpuInterval } from './lib/cpu.ts';
-import { environment, median, mdTable, quantile, repoRoot, replaceSection, textTable, writeResult, type Cell } from './lib/common.ts';
+import {
+  environment, median, type Environment, mdTable, quantile, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell,
+} from './lib/common.ts';
 
 const VMS = ['A', 'B'] as const;
 type Vm = (typeof VMS)[number];
@@ -93,30 +96,36 @@ function deviceTime(subs: Submission[], vm: Vm, t0: number, t1: number): { ns: n
 }
 
 /**
- * The doorbell gap of one VM, µs: from the end of one of its kernels to the doorbell of its next
- * kernel (guest CPU time, interrupt delivery and the launch itself; the device is idle for this
- * VM meanwhile). Between the two the guest driver rings once more: before sleeping in
- * vgSynchronize it asks for a completion interrupt (a zero-length submission, served after the
- * kernel). So the kernel's doorbell is the first one after that request was served (or after
- * the kernel's end, when the request came earlier and was already served). Kernels dispatched
- * together with the request (both queued while the other VM held the device) give no sample.
+ * The doorbell gap of one VM, µs: guest time from "the device is done with my kernel" to the
+ * doorbell of its next kernel (interrupt delivery, wake-up, the launch itself; the device is
+ * idle for this VM meanwhile). Between the two the guest driver rings once more: before
+ * sleeping in vgSynchronize it asks for a completion interrupt (a zero-length submission,
+ * scheduled like any other). The gap starts at the end of the kernel or, if that request was
+ * served after it, at the end of the request (when the interrupt went out), so time spent
+ * waiting behind the other VM is not counted; the kernel's doorbell is the first one after the
+ * request was dispatched. A kernel dispatched together with the request gives no sample.
  */
 function doorbellGaps(subs: Submission[], doorbells: number[], t0: number, t1: number): number[] {
   const gaps: number[] = [];
   let prev: Submission | null = null;
   let after = 0; // the kernel doorbell comes after this time
+  let from = 0; // the gap starts here
   let j = 0; // doorbells are in time order, and `after` only grows
   for (const s of subs) {
     if (s.ns <= 0) {
-      if (prev && s.start >= prev.end) after = Math.max(after, s.start);
+      if (prev && s.start >= prev.end) {
+        after = Math.max(after, s.start);
+        from = Math.max(from, s.end);
+      }
       continue;
     }
     while (j < doorbells.length && doorbells[j]! <= after) j++;
     if (prev && s.start >= t0 && s.start < t1 && j < doorbells.length && doorbells[j]! <= s.start) {
-      gaps.push((doorbells[j]! - prev.end) / 1e3);
+      gaps.push((doorbells[j]! - from) / 1e3);
     }
     prev = s;
     after = s.end;
+    from = s.end;
   }
   return gaps;
 }
@@ -251,7 +260,7 @@ function svg(runs: PolicyRun[], o: Options): string {
   runs.forEach((r, i) => {
     const y0 = top + i * (ph + gapY) + 14;
     const y = (v: number) => y0 + ph - v * ph;
-    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.label}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%</text>`);
+    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.label}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%, other processes ${r.cpuCores.others.toFixed(2)} cores</text>`);
     parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
     parts.push(`<rect x="${x(0)}" y="${y0}" width="${(x(1) - x(0)).toFixed(1)}" height="${ph}" fill="#eee"/>`);
     for (const v of [0, 0.5, 1]) {
@@ -284,8 +293,13 @@ async function main(): Promise<void> {
       'short-ms': { type: 'string', default: '1' },
       'long-ms': { type: 'string', default: '100' },
       rounds: { type: 'string', default: '2' },
+      replot: { type: 'boolean', default: false },
     },
   });
+  if (values.replot) {
+    report(JSON.parse(fs.readFileSync(path.join(resultsDir, 'fairness.json'), 'utf8')) as Result);
+    return;
+  }
   const o: Options = { seconds: Number(values.seconds), warmupS: Number(values.warmup), shortMs: Number(values['short-ms']), longMs: Number(values['long-ms']) };
   if (!Number.isInteger(o.seconds) || o.seconds < 3) throw new Error('--seconds must be an integer ≥ 3');
   const policies = values.policies!.split(',');
@@ -320,9 +334,24 @@ async function main(): Promise<void> {
     wallS: Math.round((performance.now() - t0) / 100) / 10,
     runs,
   };
-  const out = writeResult('fairness.json', result);
-  writeResult('fairness.svg', svg(runs, o));
+  writeResult('fairness.json', result);
+  report(result);
+}
 
+type Result = {
+  date: string;
+  environment: Environment & { loadAvgAtEnd: number[] };
+  setup: { shortKernelMs: number; longKernelMs: number; windows: number; warmupS: number };
+  wallS: number;
+  runs: PolicyRun[];
+};
+
+/** Plot, docs section and printed table from a result (also `--replot`: from the saved JSON). */
+function report(result: Result): void {
+  const o: Options = { seconds: result.setup.windows, warmupS: result.setup.warmupS, shortMs: result.setup.shortKernelMs, longMs: result.setup.longKernelMs };
+  const runs = result.runs;
+  const env = result.environment;
+  writeResult('fairness.svg', svg(runs, o));
   const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
   const head = ['policy', 'median unfairness', 'max unfairness', 'A share (median)', 'device busy', 'A gap µs p10/med/p90/p99', 'A gaps > 1 ms', 'B gap µs med',
     'idle µs per A kernel', 'equal-turn model', 'A kernel ms', 'B kernel ms', 'sampled median/max',
@@ -337,25 +366,27 @@ async function main(): Promise<void> {
   ]);
   const problems = runs.flatMap((r) => r.problems.map((p) => `${r.label}: ${p}`));
   replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'fairness', [
-    `Measured ${result.date.slice(0, 10)} (${accel.accel.toUpperCase()}, two fv guests with one vCPU each, ${o.seconds} windows of 1 s after a ` +
-      `${o.warmupS} s warm-up and a skipped first window; host load average ${(env.loadAvgAtStart as number[])[0]} at start, ` +
-      `${result.environment.loadAvgAtEnd[0]} at the end). Raw data: \`bench/results/fairness.json\`; plot: \`bench/results/fairness.svg\`.` +
+    `Measured ${result.date.slice(0, 10)} (${env.accel.toUpperCase()}, two fv guests with one vCPU each, ${o.seconds} windows of 1 s after a ` +
+      `${o.warmupS} s warm-up and a skipped first window; host load average ${env.loadAvgAtStart[0]} at start, ` +
+      `${env.loadAvgAtEnd[0]} at the end; ${result.wallS} s). Raw data: \`bench/results/fairness.json\`; plot: \`bench/results/fairness.svg\`.` +
       `${problems.length ? ` **Problems:** ${problems.join('; ')}` : ''}`,
     '',
     mdTable(head, rows),
     '',
-    'Gap = a VM\'s kernel doorbell minus the end of its previous kernel (guest CPU time, interrupt delivery and the driver\'s ' +
-      'interrupt request in between; device idle for that VM). Idle per A kernel = the device\'s idle time in a window divided by ' +
+    'Gap = a VM\'s kernel doorbell minus the end of its previous kernel, or of the driver\'s interrupt request for it when that ' +
+      'was served later (guest time: interrupt delivery, wake-up, launch; device idle for that VM); "> 1 ms" = the share of A\'s gaps longer than BAND\'s yield window ' +
+      '(500 µs on 1 ms Node timers). Idle per A kernel = the device\'s idle time in a window divided by ' +
       'A\'s kernels in it; the equal-turn model = idle / (2·kernel + idle), the unfairness if both VMs got equal wall time per turn ' +
       'and A lost its idle time. ' +
-      '"sampled" = the same statistic from the once-per-second counter sampler (device time charged at completion, so a window holds whole kernels).',
+      '"sampled" = the same statistic from the once-per-second counter sampler (device time charged at completion, so a window holds whole kernels). ' +
+      'CPU cores = CPU time over the measured windows: this benchmark (server, engine, both QEMUs) / every other process on the 2-core host.',
   ].join('\n'));
   process.stdout.write([
-    `vugpu fairness — two fv guests (${accel.accel.toUpperCase()}), A: ${o.shortMs} ms kernels, B: ${o.longMs} ms kernels, ${o.seconds} × 1 s windows`,
+    `vugpu fairness — two fv guests (${env.accel.toUpperCase()}), A: ${o.shortMs} ms kernels, B: ${o.longMs} ms kernels, ${o.seconds} × 1 s windows`,
     textTable(head, rows),
     `reference: AvA median unfairness 2.4 % (1 s windows); simulation BAND 2.1 % at 50 µs gap, 4.2 % at 200 µs`,
     ...(problems.length ? [`PROBLEMS:\n  ${problems.join('\n  ')}`] : []),
-    `written ${path.relative(process.cwd(), out)}, bench/results/fairness.svg and docs/results.md (${result.wallS} s)`,
+    `written bench/results/fairness.json, bench/results/fairness.svg and docs/results.md (${result.wallS} s)`,
   ].join('\n') + '\n');
   if (problems.length) process.exitCode = 1;
 }

@@ -10,7 +10,20 @@ import type { Manifest } from '../../src/vm/manifest.ts';
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const resultsDir = path.join(repoRoot, 'bench', 'results');
 
-export function environment(manifest: Manifest, accel: AccelChoice): Record<string, unknown> {
+export interface Environment {
+  accel: string;
+  accelReason: string;
+  qemu: string;
+  guestKernel: string;
+  node: string;
+  host: string;
+  cpu: string;
+  cpus: number;
+  /** 1, 5 and 15 minute load averages when the benchmark started (the machine is shared). */
+  loadAvgAtStart: number[];
+}
+
+export function environment(manifest: Manifest, accel: AccelChoice): Environment {
   return {
     accel: accel.accel,
     accelReason: accel.reason,
