@@ -341,6 +341,8 @@ export class Aggregator implements VgpuHost {
       vram.write32(page + 8 * i, c);
       vram.write32(page + 8 * i + 4, 4);
     });
+    // A submit makes every open (dispatched or acquire-blocked) listed channel re-read GP_PUT.
+    for (const c of ids) if (this.open[c]) this.owner[c]?.syncChannel(this.ownerVchid[c]!);
     this.engine.mmioWrite(PFIFO_RUNLIST_BASE, 4, page / 4096);
     this.engine.mmioWrite(PFIFO_RUNLIST_SUBMIT, 4, ids.length);
   }

@@ -428,10 +428,7 @@ export class Vgpu {
   private queue(vchid: number): void {
     const vc = this.s.channels[vchid]!;
     // Lazy shadowing: the doorbell is where the guest relies on its flushed tables.
-    if (vc.space !== null) {
-      const sp = this.mmu.spaces.get(vc.space);
-      if (sp) this.mmu.sync(sp);
-    }
+    this.syncChannel(vchid);
     if (vc.queued) return;
     vc.queued = true;
     this.s.queue.push(vchid);
@@ -444,7 +441,21 @@ export class Vgpu {
     const vchid = this.s.queue.shift();
     if (vchid === undefined) return -1;
     this.s.channels[vchid]!.queued = false;
+    // The device reads GP_PUT now, not at the doorbell: entries written since then (after a
+    // flush, their doorbell still on its way) rely on the flushed tables too.
+    this.syncChannel(vchid);
     return vchid;
+  }
+
+  /**
+   * Bring vchid's shadow up to date if a trapped flush left it dirty (lazy shadowing). Called
+   * wherever the device may read the channel's GP_PUT: doorbell, dispatch, runlist resubmit.
+   */
+  syncChannel(vchid: number): void {
+    const vc = this.s.channels[vchid];
+    if (!vc || vc.space === null) return;
+    const sp = this.mmu.spaces.get(vc.space);
+    if (sp) this.mmu.sync(sp);
   }
 
   private setPfifoEnabled(on: boolean): void {
