@@ -255,12 +255,12 @@ function svg(runs: PolicyRun[], o: Options): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
     `<rect width="${W}" height="${H}" fill="#fff"/>`,
     `<text x="10" y="18" font-size="13" font-weight="bold">Share of device time per 1 s window: VM A (${o.shortMs} ms kernels) vs VM B (${o.longMs} ms kernels), two fv guests</text>`,
-    `<text x="10" y="34" fill="#555">first window (grey) skipped in the statistics; dashed: even split; unfairness = |tA − tB| / (tA + tB)</text>`,
+    `<text x="10" y="34" fill="#555"><tspan fill="#1f77b4" font-weight="bold">━ A</tspan> <tspan fill="#d62728" font-weight="bold">━ B</tspan>  first window (grey) skipped in the statistics; dashed: even split; unfairness = |tA − tB| / (tA + tB)</text>`,
   ];
   runs.forEach((r, i) => {
     const y0 = top + i * (ph + gapY) + 14;
     const y = (v: number) => y0 + ph - v * ph;
-    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.label}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%, other processes ${r.cpuCores.others.toFixed(2)} cores</text>`);
+    parts.push(`<text x="${left}" y="${y0 - 5}" font-weight="bold">${r.label}: median unfairness ${(r.medianUnfairness * 100).toFixed(1)}%, max ${(r.maxUnfairness * 100).toFixed(1)}%, device busy ${(r.deviceBusy * 100).toFixed(0)}%, others' CPU load ${r.cpuCores.others.toFixed(2)} cores</text>`);
     parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
     parts.push(`<rect x="${x(0)}" y="${y0}" width="${(x(1) - x(0)).toFixed(1)}" height="${ph}" fill="#eee"/>`);
     for (const v of [0, 0.5, 1]) {
@@ -277,7 +277,6 @@ function svg(runs: PolicyRun[], o: Options): string {
       });
       parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.join(' ')}"/>`);
     }
-    parts.push(`<text x="${left + pw}" y="${y0 - 5}" text-anchor="end"><tspan fill="#1f77b4">━ A (${o.shortMs} ms)</tspan>  <tspan fill="#d62728">━ B (${o.longMs} ms)</tspan></text>`);
   });
   parts.push('</svg>');
   return `${parts.join('\n')}\n`;
