@@ -22,7 +22,7 @@ const SUITE = '/opt/vugpu/bench-suite.sh';
 const HOSTILE = '/opt/vugpu/hostile.sh';
 const BENCHES = ['nop', 'loop', 'madd', 'mmul', 'fmadd', 'fmmul', 'cpy', 'pincpy', 'backprop', 'bfs', 'hotspot', 'lud', 'srad', 'srad2'];
 /** Co-tenants repeat the suite so that they run through the whole attack (asserted). */
-const REPEAT = 8;
+const REPEAT = 12;
 const WATCHDOG_MS = 2000;
 const GUEST_TIMEOUT_MS = 300_000;
 /** Every attack of vugpu-hostile (guest/hostile/main.c), in order. */
