@@ -12,7 +12,7 @@
 // the channel cannot make progress (error, not runnable, or blocked on a semaphore acquire —
 // such a channel stays enabled so that it continues when the semaphore is released). A timer
 // with back-off only re-checks a long-running submission; nothing busy-polls.
-import { logger, type Logger } from '../log.ts';
+import { logger, withWarnBudget, type Logger } from '../log.ts';
 import type { Engine } from '../gpu/engine.ts';
 import type { FaultRecord } from '../gpu/mmu.ts';
 import {
@@ -204,7 +204,7 @@ export class Aggregator implements VgpuHost {
     }
     const vm = new Vgpu(this, {
       name: o.name, mode: o.mode, index, slice: { base, size: o.slice }, channels,
-      weight: o.weight ?? 1, log: this.log.child({ vm: o.name }),
+      weight: o.weight ?? 1, log: withWarnBudget(this.log.child({ vm: o.name })), // a guest decides how often its vGPU warns
       counters: newCounters(this.metrics?.register(o.name, o.mode)),
     });
     vm.scrub();

@@ -40,36 +40,4 @@ export const DEFAULT_LIMITS: ServerLimits = {
   logPerSecond: 10,
 };
 
-/** Token bucket for warning lines. `take()` says whether to log now; `suppressed()` hands out
- * (and resets) how many were dropped since the last line that got through. */
-export class LogBudget {
-  private tokens: number;
-  private last = 0;
-  private dropped = 0;
-  private readonly burst: number;
-  private readonly perMs: number;
-
-  constructor(burst: number, perSecond: number) {
-    this.burst = burst;
-    this.tokens = burst;
-    this.perMs = perSecond / 1000;
-  }
-
-  take(): boolean {
-    const now = performance.now();
-    this.tokens = Math.min(this.burst, this.tokens + (now - this.last) * this.perMs);
-    this.last = now;
-    if (this.tokens >= 1) {
-      this.tokens--;
-      return true;
-    }
-    this.dropped++;
-    return false;
-  }
-
-  suppressed(): number {
-    const n = this.dropped;
-    this.dropped = 0;
-    return n;
-  }
-}
+export { LogBudget } from '../log.ts';

@@ -4,7 +4,7 @@ import type { RegisterFile } from './regs.ts';
 import type { Vram } from './vram.ts';
 import type { BusResolver } from './bus.ts';
 import type { Interrupts } from './irq.ts';
-import type { Logger } from '../log.ts';
+import type { GuestWarnings, Logger } from '../log.ts';
 import type { FaultRecord } from './mmu.ts';
 
 /**
@@ -29,6 +29,8 @@ export interface GpuCore {
   readonly vram: Vram;
   readonly irq: Interrupts;
   readonly log: Logger;
+  /** Rate-limited warnings for what a driver (a guest) can cause at will, per channel. */
+  readonly guestWarnings: GuestWarnings;
   /** Current bus resolver (pluggable: device model DMA map, aggregator, tests). */
   bus: BusResolver;
   listener: EngineListener;

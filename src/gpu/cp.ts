@@ -397,7 +397,7 @@ export class CommandProcessor {
   fault(ch: ChannelState, f: Fault, unit: FaultUnit): void {
     const rec = { ...f, chid: ch.chid, unit };
     recordFault(this.core, rec);
-    this.core.log.warn({ chid: ch.chid, va: `0x${f.va.toString(16)}`, reason: f.reason, unit, write: f.write }, 'gpu mmu fault');
+    this.core.guestWarnings.warn(ch.chid, { chid: ch.chid, va: `0x${f.va.toString(16)}`, reason: f.reason, unit, write: f.write }, 'gpu mmu fault');
     this.fifo.fail(ch, CHAN_ERR.MMU_FAULT, this.where);
     this.core.irq.raise(IRQ_MMU_FAULT);
     this.core.listener.fault?.(rec);
@@ -455,7 +455,7 @@ export class CommandProcessor {
     if (r.timedOut) {
       this.error(ch, CHAN_ERR.WATCHDOG);
     } else if (r.status < 0) {
-      if (r.status !== -ECANCELED) this.core.log.warn({ chid: ch.chid, status: r.status }, 'gpu job failed');
+      if (r.status !== -ECANCELED) this.core.guestWarnings.warn(ch.chid, { chid: ch.chid, status: r.status }, 'gpu job failed');
       this.error(ch, CHAN_ERR.KERNEL_ERROR);
     } else if (!this.release(ch, post)) {
       // faulted: channel already stopped

@@ -2,7 +2,7 @@
 // channels, MMU, copy and compute engines. It knows nothing about VMs: the device model or the
 // aggregator drive it through mmioRead/mmioWrite, share vramFd, supply the bus resolver and
 // receive interrupts through a callback.
-import { logger, type Logger } from '../log.ts';
+import { GuestWarnings, logger, type Logger } from '../log.ts';
 import { RegisterFile, readSized, writeSized, type RegisterInfo, type RegisterSnapshot } from './regs.ts';
 import { Vram } from './vram.ts';
 import { NO_BUS, type BusResolver } from './bus.ts';
@@ -43,6 +43,7 @@ export class Engine implements GpuCore {
   readonly regs: RegisterFile;
   readonly irq: Interrupts;
   readonly log: Logger;
+  readonly guestWarnings: GuestWarnings;
   bus: BusResolver;
   listener: EngineListener;
   readonly mmu: Mmu;
@@ -53,6 +54,7 @@ export class Engine implements GpuCore {
 
   constructor(opts: EngineOptions = {}) {
     this.log = opts.log ?? logger.child({ part: 'gpu' });
+    this.guestWarnings = new GuestWarnings(this.log);
     this.vram = new Vram(opts.vramSize ?? 1 << 30);
     this.bus = opts.bus ?? NO_BUS;
     this.listener = opts.listener ?? {};

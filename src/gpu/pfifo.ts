@@ -111,7 +111,7 @@ export class Pfifo {
     regs.clearBits(PFIFO_CHAN_STATE + 8 * ch.chid, STATE_ENABLE);
     regs.setBits(PFIFO_ERR_PENDING + 4 * (ch.chid >> 5), 1 << (ch.chid & 31));
     this.stopped(ch);
-    this.core.log.warn({ chid: ch.chid, code, info: `0x${ch.errorInfo.toString(16)}` }, 'gpu channel error');
+    this.core.guestWarnings.warn(ch.chid, { chid: ch.chid, code, info: `0x${ch.errorInfo.toString(16)}` }, 'gpu channel error');
     if (code !== CHAN_ERR.MMU_FAULT) this.core.irq.raiseFifo(PFIFO_INTR_CHAN_ERROR);
     this.core.listener.channelError?.(ch.chid, code, ch.errorInfo);
   }
@@ -128,7 +128,7 @@ export class Pfifo {
     const base = this.core.regs.get(PFIFO_RUNLIST_BASE) * 4096;
     const vram = this.core.vram;
     if (entries > this.channels.length || !vram.contains(base, entries * 8)) {
-      this.core.log.warn({ entries, base }, 'gpu runlist rejected');
+      this.core.guestWarnings.warn('runlist', { entries, base }, 'gpu runlist rejected');
       this.core.irq.raiseFifo(PFIFO_INTR_RUNLIST_ERROR);
       return;
     }
