@@ -17,7 +17,7 @@
 // unfairness(window) = |tA − tB| / (tA + tB) (AvA; 0 = even split, 1 = one VM only); the first
 // window is skipped. Writes bench/results/fairness.json and fairness.svg, prints a table and
 // replaces the fairness section of docs/results.md.
-//   node bench/fairness.ts [--policies band,fifo,credit,weighted] [--seconds 25] [--warmup 3]
+//   node bench/fairness.ts [--policies band,band:3000,fifo,credit,weighted] [--out NAME] [--seconds 25] [--warmup 3]
 //                          [--short-ms 1] [--long-ms 100] [--rounds 2]
 //   node bench/fairness.ts --replot    (plot, table and docs section again from fairness.json)
 // With --rounds N every policy runs N times, the policies interleaved: guest CPU timing depends
@@ -132,11 +132,17 @@ function doorbellGaps(subs: Submission[], doorbells: number[], t0: number, t1: n
 
 const unfair = (a: number, b: number) => (a + b > 0 ? Math.abs(a - b) / (a + b) : 0);
 
+/** "band" or "band:3000" (BAND with a 3000 µs yield window). */
+function policyOptions(spec: string): { policy: string; policyConfig?: object } {
+  const [policy, yieldUs] = spec.split(':');
+  return yieldUs === undefined ? { policy: policy! } : { policy: policy!, policyConfig: { yieldNs: Number(yieldUs) * 1000 } };
+}
+
 async function runPolicy(policy: string, round: number, label: string, o: Options, dir: string): Promise<PolicyRun> {
   const manifest = loadManifest();
   const sock = (vm: Vm) => path.join(dir, `${policy}-${round}-${vm}.sock`);
   const server = new Vugpu({
-    vramSize: 512 << 20, channels: 16, watchdogMs: 60_000, policy,
+    vramSize: 512 << 20, channels: 16, watchdogMs: 60_000, ...policyOptions(policy),
     vms: VMS.map((vm) => ({ name: vm, socket: sock(vm), mode: 'fv' as const, slice: 128 << 20 })),
   });
   const agg = server.aggregator!;
@@ -287,6 +293,7 @@ async function main(): Promise<void> {
     args: process.argv.slice(2),
     options: {
       policies: { type: 'string', default: 'band,fifo,credit,weighted' },
+      out: { type: 'string', default: 'fairness' },
       seconds: { type: 'string', default: '25' },
       warmup: { type: 'string', default: '3' },
       'short-ms': { type: 'string', default: '1' },
@@ -296,7 +303,7 @@ async function main(): Promise<void> {
     },
   });
   if (values.replot) {
-    report(JSON.parse(fs.readFileSync(path.join(resultsDir, 'fairness.json'), 'utf8')) as Result);
+    report(JSON.parse(fs.readFileSync(path.join(resultsDir, `${values.out}.json`), 'utf8')) as Result, values.out!);
     return;
   }
   const o: Options = { seconds: Number(values.seconds), warmupS: Number(values.warmup), shortMs: Number(values['short-ms']), longMs: Number(values['long-ms']) };
@@ -333,8 +340,8 @@ async function main(): Promise<void> {
     wallS: Math.round((performance.now() - t0) / 100) / 10,
     runs,
   };
-  writeResult('fairness.json', result);
-  report(result);
+  writeResult(`${values.out}.json`, result);
+  report(result, values.out!);
 }
 
 type Result = {
@@ -346,11 +353,11 @@ type Result = {
 };
 
 /** Plot, docs section and printed table from a result (also `--replot`: from the saved JSON). */
-function report(result: Result): void {
+function report(result: Result, out = 'fairness'): void {
   const o: Options = { seconds: result.setup.windows, warmupS: result.setup.warmupS, shortMs: result.setup.shortKernelMs, longMs: result.setup.longKernelMs };
   const runs = result.runs;
   const env = result.environment;
-  writeResult('fairness.svg', svg(runs, o));
+  writeResult(`${out}.svg`, svg(runs, o));
   const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
   const head = ['policy', 'median unfairness', 'max unfairness', 'A share (median)', 'device busy', 'A gap µs p10/med/p90/p99', 'A gaps > 1 ms', 'B gap µs med',
     'idle µs per A kernel', 'equal-turn model', 'A kernel ms', 'B kernel ms', 'sampled median/max',
@@ -364,7 +371,8 @@ function report(result: Result): void {
     `${r.cpuCores.ours.toFixed(2)}/${r.cpuCores.others.toFixed(2)}`,
   ]);
   const problems = runs.flatMap((r) => r.problems.map((p) => `${r.label}: ${p}`));
-  replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'fairness', [
+  // Only the default run owns the docs section; experiments (--out NAME) write their own files.
+  if (out === 'fairness') replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'fairness', [
     `Measured ${result.date.slice(0, 10)} (${env.accel.toUpperCase()}, two fv guests with one vCPU each, ${o.seconds} windows of 1 s after a ` +
       `${o.warmupS} s warm-up and a skipped first window; host load average ${env.loadAvgAtStart[0]} at start, ` +
       `${env.loadAvgAtEnd[0]} at the end; ${result.wallS} s). Raw data: \`bench/results/fairness.json\`; plot: \`bench/results/fairness.svg\`.` +
@@ -385,7 +393,7 @@ function report(result: Result): void {
     textTable(head, rows),
     `reference: AvA median unfairness 2.4 % (1 s windows); simulation BAND 2.1 % at 50 µs gap, 4.2 % at 200 µs`,
     ...(problems.length ? [`PROBLEMS:\n  ${problems.join('\n  ')}`] : []),
-    `written bench/results/fairness.json, bench/results/fairness.svg and docs/results.md (${result.wallS} s)`,
+    `written bench/results/${out}.json, bench/results/${out}.svg${out === 'fairness' ? ' and docs/results.md' : ''} (${result.wallS} s)`,
   ].join('\n') + '\n');
   if (problems.length) process.exitCode = 1;
 }

@@ -13,6 +13,7 @@ const USAGE = `usage:
   vugpu serve --socket PATH [--socket PATH ...] [--mode pt|fv-naive|fv|pv|pv-batch]
               [--vm name=vm0,socket=PATH,mode=fv,slice=256M,weight=1 ...]
               [--vram 1G] [--channels 64] [--watchdog-ms 10000] [--policy fifo|credit|band|weighted]
+              [--band-yield-us 500]
               [--metrics-port PORT] [--trace FILE] [--allow-unsealed-dma]
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
@@ -54,6 +55,7 @@ async function serve(argv: string[]): Promise<number> {
       policy: { type: 'string', default: 'band' },
       'metrics-port': { type: 'string' },
       'allow-unsealed-dma': { type: 'boolean', default: false },
+      'band-yield-us': { type: 'string' },
       trace: { type: 'string' },
     },
   });
@@ -70,6 +72,7 @@ async function serve(argv: string[]): Promise<number> {
     policy: values.policy,
     metricsPort: values['metrics-port'] !== undefined ? Number(values['metrics-port']) : undefined,
     allowUnsealedDma: values['allow-unsealed-dma'],
+    policyConfig: values['band-yield-us'] !== undefined ? { yieldNs: Number(values['band-yield-us']) * 1000 } : undefined,
     trace: values.trace,
   });
   await new Promise<void>((resolve) => {

@@ -33,6 +33,8 @@ export interface VugpuOptions {
   channels?: number;
   watchdogMs?: number;
   policy?: string;
+  /** Policy parameters (scheduler/registry.ts), e.g. { yieldNs } for band. */
+  policyConfig?: object;
   metricsPort?: number;
   /** Trace file: record trapped MMIO and vGPU events (src/trace). */
   trace?: string;
@@ -69,7 +71,7 @@ export class Vugpu {
     }
     const mediated = opts.vms.filter((v) => v.mode !== 'pt');
     if (mediated.length > 0) {
-      this.aggregator = new Aggregator({ engine: this.engine, policy: opts.policy, metrics: this.metrics });
+      this.aggregator = new Aggregator({ engine: this.engine, policy: opts.policy, policyConfig: opts.policyConfig, metrics: this.metrics });
     }
     for (const vm of opts.vms) {
       fs.mkdirSync(path.dirname(vm.socket), { recursive: true });
