@@ -64,7 +64,7 @@ static const struct vg_backend *g_backend;
 
 /* ---- errors ---- */
 
-static const struct {
+static const struct vg_result_info {
 	vgResult r;
 	const char *name, *text;
 } results[] = {
@@ -84,24 +84,28 @@ static const struct {
 	{ VG_ERROR_OS, "VG_ERROR_OS", "unexpected operating-system error" },
 };
 
-const char *vgGetErrorName(vgResult r)
+static const struct vg_result_info *find_result(vgResult r)
 {
 	size_t i;
 
 	for (i = 0; i < sizeof(results) / sizeof(results[0]); i++)
 		if (results[i].r == r)
-			return results[i].name;
-	return "VG_ERROR_UNKNOWN";
+			return &results[i];
+	return NULL;
+}
+
+const char *vgGetErrorName(vgResult r)
+{
+	const struct vg_result_info *e = find_result(r);
+
+	return e ? e->name : "VG_ERROR_UNKNOWN";
 }
 
 const char *vgGetErrorString(vgResult r)
 {
-	size_t i;
+	const struct vg_result_info *e = find_result(r);
 
-	for (i = 0; i < sizeof(results) / sizeof(results[0]); i++)
-		if (results[i].r == r)
-			return results[i].text;
-	return "unknown error";
+	return e ? e->text : "unknown error";
 }
 
 const char *vgGetErrorDetail(vgContext ctx)

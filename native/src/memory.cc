@@ -200,7 +200,9 @@ Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   return Napi::BigInt::New(env, uint64_t(uintptr_t(p)));
 }
 
-Napi::Value Pread(const Napi::CallbackInfo& info) {
+// pread(fd, buf, offset) / pwrite(fd, buf, offset): bytes or -errno.
+template <ssize_t (*Io)(int, uint8_t*, size_t, off_t)>
+Napi::Value PositionalIo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd;
   uint8_t* p;
@@ -210,25 +212,16 @@ Napi::Value Pread(const Napi::CallbackInfo& info) {
       !ArgInt(info, 2, "offset", 0, kMaxSafe, &off))
     return env.Undefined();
   ssize_t r;
-  do r = pread(fd, p, n, off_t(off));
+  do r = Io(fd, p, n, off_t(off));
   while (r < 0 && errno == EINTR);
   return Napi::Number::New(env, r < 0 ? -errno : double(r));
 }
 
-Napi::Value Pwrite(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int fd;
-  uint8_t* p;
-  size_t n;
-  int64_t off;
-  if (!ArgFd(info, 0, &fd) || !ValueBytes(env, info[1], "buf", &p, &n) ||
-      !ArgInt(info, 2, "offset", 0, kMaxSafe, &off))
-    return env.Undefined();
-  ssize_t r;
-  do r = pwrite(fd, p, n, off_t(off));
-  while (r < 0 && errno == EINTR);
-  return Napi::Number::New(env, r < 0 ? -errno : double(r));
-}
+ssize_t DoPread(int fd, uint8_t* p, size_t n, off_t off) { return pread(fd, p, n, off); }
+ssize_t DoPwrite(int fd, uint8_t* p, size_t n, off_t off) { return pwrite(fd, p, n, off); }
+
+Napi::Value Pread(const Napi::CallbackInfo& info) { return PositionalIo<DoPread>(info); }
+Napi::Value Pwrite(const Napi::CallbackInfo& info) { return PositionalIo<DoPwrite>(info); }
 
 // ---- map windows ----
 // A window is a PROT_NONE reservation (plus one guard page) in which each extent is mapped

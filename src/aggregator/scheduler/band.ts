@@ -30,7 +30,7 @@
 // *wall* time per turn, so the short-kernel VM ends up about gap / (kernel + gap) / 2 below an
 // even split of device time (simulation tests report it).
 import { moveToTail } from './base.ts';
-import { CreditPolicyBase, creditParams, newCreditVm } from './credit-base.ts';
+import { CreditPolicyBase, creditBaseState, newCreditVm } from './credit-base.ts';
 import type { CreditConfig, CreditStateBase, CreditVmState } from './credit-base.ts';
 import type { Pick, VmCommonState, VmId } from './types.ts';
 
@@ -71,7 +71,6 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
   readonly name = 'band';
 
   constructor(config: BandConfig = {}) {
-    const params = creditParams(config);
     const windowNs = config.windowNs ?? 1e9;
     const buckets = config.windowBuckets ?? 100;
     const yieldNs = config.yieldNs ?? 500e3;
@@ -82,16 +81,7 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
     if (!Number.isFinite(yieldNs) || yieldNs < 0) throw new RangeError('scheduler: yieldNs must be ≥ 0');
     super(
       {
-        policy: 'band',
-        activeGraceNs: config.activeGraceNs ?? 2 * params.periodNs,
-        vms: {},
-        running: null,
-        runningSinceNs: 0,
-        runningRemoved: false,
-        params,
-        lastReplenishNs: null,
-        chargedUntilNs: 0,
-        order: [],
+        ...creditBaseState('band', config),
         windowNs,
         bucketNs: windowNs / buckets,
         yieldNs,

@@ -82,6 +82,23 @@ export function creditParams(config: CreditConfig): CreditParams {
   };
 }
 
+/** The state every credit-family policy starts from (credit, band). */
+export function creditBaseState<P extends string>(policy: P, config: CreditConfig): CreditStateBase<never> & { policy: P } {
+  const params = creditParams(config);
+  return {
+    policy,
+    activeGraceNs: config.activeGraceNs ?? 2 * params.periodNs,
+    vms: {},
+    running: null,
+    runningSinceNs: 0,
+    runningRemoved: false,
+    params,
+    lastReplenishNs: null,
+    chargedUntilNs: 0,
+    order: [],
+  };
+}
+
 /** After this many consecutive idle periods the replay jumps to now (state is a fixed point). */
 const IDLE_SKIP_PERIODS = 4;
 

@@ -4,7 +4,7 @@
 // bounds short-term share but forgives large debts, so a VM with long kernels still gets more
 // than its share: BAND adds the measured-utilisation band to fix that.
 import { moveToTail } from './base.ts';
-import { CreditPolicyBase, creditParams, newCreditVm } from './credit-base.ts';
+import { CreditPolicyBase, creditBaseState, newCreditVm } from './credit-base.ts';
 import type { CreditConfig, CreditStateBase, CreditVmState } from './credit-base.ts';
 import type { Pick, VmCommonState, VmId } from './types.ts';
 
@@ -18,21 +18,7 @@ export class CreditPolicy extends CreditPolicyBase<CreditVmState, CreditState> {
   readonly name = 'credit';
 
   constructor(config: CreditPolicyConfig = {}) {
-    const params = creditParams(config);
-    super(
-      {
-        policy: 'credit',
-        activeGraceNs: config.activeGraceNs ?? 2 * params.periodNs,
-        vms: {},
-        running: null,
-        runningSinceNs: 0,
-        runningRemoved: false,
-        params,
-        lastReplenishNs: null,
-        chargedUntilNs: 0,
-        order: [],
-      },
-    );
+    super(creditBaseState('credit', config));
   }
 
   protected newVm(common: VmCommonState): CreditVmState {
