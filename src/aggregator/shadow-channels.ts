@@ -10,9 +10,8 @@ import type { Engine } from '../gpu/engine.ts';
 import type { VgpuCounters } from './counters.ts';
 import { busAddress, type GuestMemory } from './guest-memory.ts';
 import type { ShadowMmu, ShadowSpace, Slice } from './shadow-mmu.ts';
-import type { VgpuHost } from './vgpu.ts';
 import {
-  CHAN_ERR, CHAN_INST_MASK, CHAN_VALID, INST, INST_SIZE, PFIFO_CHAN, PFIFO_CHAN_ERR,
+  CHAN_ERR, CHAN_INST_MASK, CHAN_VALID, INST, INST_SIZE, PFIFO_CHAN, PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_REASON,
   PFIFO_CHAN_STATE, PFIFO_PREEMPT, PFIFO_PREEMPT_PENDING, STATE_BUSY, STATE_ENABLE, STATE_ERROR,
   TARGET_SYSMEM, TARGET_SYSMEM_NC, TARGET_VRAM, USERD_SIZE,
 } from '../gpu/spec.ts';
@@ -42,9 +41,21 @@ export function newVChannel(): VChannel {
   return { pchid: -1, enable: false, error: 0, errorInfo: 0, space: null, onRunlist: false, queued: false };
 }
 
+/** The physical resources shadow channels use (the aggregator; vgpu.ts's VgpuHost extends it).
+ * Declared here so that this file does not import vgpu.ts, which imports it. */
+export interface ChannelHost {
+  freeChid(pchid: number): void;
+  /** Engine VRAM address of the shadow instance block of a physical channel. */
+  shadowInstance(pchid: number): number;
+  /** Some VM's runlist or channel mapping changed: rebuild and submit the merged runlist. */
+  runlistChanged(): void;
+  /** Stop a physical channel from fetching (clear its physical STATE.ENABLE). */
+  closeChannel(pchid: number): void;
+}
+
 export interface ChannelEnv {
   engine: Engine;
-  host: VgpuHost;
+  host: ChannelHost;
   /** A physical chid from the shared pool for this VM's vchid, or −1. */
   allocChid(vchid: number): number;
   slice: Slice;
@@ -227,6 +238,12 @@ export class ShadowChannels {
     const vc = this.list[vchid]!;
     if (vc.pchid < 0) return reg === PFIFO_CHAN_ERR ? vc.error : vc.errorInfo;
     return this.env.engine.mmioRead(reg + 8 * vc.pchid, 4);
+  }
+
+  /** PFIFO_CHAN_ERR_REASON of vchid (hw-spec §6.3.6). */
+  errorReason(vchid: number): number {
+    const vc = this.list[vchid]!;
+    return vc.pchid < 0 ? 0 : this.env.engine.mmioRead(PFIFO_CHAN_ERR_REASON + 4 * vc.pchid, 4);
   }
 
   /** Any of the VM's channels has work or a job in flight (its PGRAPH_STATUS.BUSY). */

@@ -15,7 +15,7 @@ import { MODES, type MediatedMode, type ModeTraits } from './modes.ts';
 import { PvPage } from './pv.ts';
 import { RegisterView, type ViewRange, type ViewRow } from './regview.ts';
 import { ShadowMmu, type Slice } from './shadow-mmu.ts';
-import { ShadowChannels, type VChannel } from './shadow-channels.ts';
+import { ShadowChannels, type ChannelHost, type VChannel } from './shadow-channels.ts';
 
 export type { VChannel };
 import {
@@ -26,7 +26,7 @@ import {
   MMU_FAULT_INFO, MMU_FAULT_STATUS, MMU_FAULT_STATUS_OVERFLOW, MMU_FAULT_STATUS_VALID,
   MMU_FLUSH_ALL_PDB, MMU_FLUSH_GO, MMU_FLUSH_PDB, MMU_FLUSH_STATUS, MMU_FLUSH_STATUS_VALUE,
   MMU_FLUSH_TRIGGER, MSIX_VECTORS, PFB_PART_COUNT, PFB_PART_SIZE_MB, PFIFO_CHAN, PFIFO_CHAN_COUNT,
-  PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_INFO, PFIFO_CHAN_STATE, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING,
+  PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_INFO, PFIFO_CHAN_ERR_REASON, PFIFO_CHAN_STATE, PPROG, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING,
   PFIFO_INTR, PFIFO_INTR_CHAN_ERROR, PFIFO_INTR_EN, PFIFO_INTR_FENCE, PFIFO_INTR_RUNLIST_ERROR,
   PFIFO_PREEMPT, PFIFO_PREEMPT_PENDING, PFIFO_RUNLIST_BASE, PFIFO_RUNLIST_STATUS,
   PFIFO_RUNLIST_SUBMIT, PGRAPH_STATUS, PMC_BOOT_0, PMC_ENABLE, PMC_ENABLE_PFIFO, PMC_ENABLE_RESET,
@@ -41,22 +41,16 @@ const EINVAL = 22;
 const EIO = 5;
 
 /** What a vGPU needs from the aggregator (physical resources shared by all VMs). */
-export interface VgpuHost {
+export interface VgpuHost extends ChannelHost {
   readonly engine: Engine;
   /** Host-reserved VRAM for shadows. */
   readonly hostArea: RangeAllocator;
   /** A physical channel for (vm, vchid), or −1 when the pool is empty. */
   allocChid(vm: Vgpu, vchid: number): number;
-  freeChid(pchid: number): void;
-  /** Engine VRAM address of the shadow instance block of a physical channel. */
-  shadowInstance(pchid: number): number;
-  /** Some VM's runlist or channel mapping changed: rebuild and submit the merged runlist. */
-  runlistChanged(): void;
   /** vm queued one more submission: tell the scheduler. */
   announce(vm: Vgpu): void;
-  /** Stop a physical channel from fetching (clear its physical STATE.ENABLE). Channels are
-   * enabled physically only by the dispatcher, while their submission is on the device. */
-  closeChannel(pchid: number): void;
+  // closeChannel (ChannelHost): channels are enabled physically only by the dispatcher, while
+  // their submission is on the device.
 }
 
 /** Optional observer of a vGPU's mediation events (the tracer); called on the hot paths, so
@@ -293,6 +287,8 @@ export class Vgpu {
       { addr: PGRAPH_STATUS, name: 'PGRAPH_STATUS', access: 'trap', reset: 0, ro: RO, postRead: () => (this.chans.busy() ? 1 : 0) },
       // PDIAG (docs/diag-block.md), resolved through the VM's DMA map and slice.
       { addr: DIAG_MAGIC, name: 'DIAG_MAGIC', access: 'pass', reset: 0, ro: RO },
+      // PPROG (hw-spec §3.10): the device's program limits, the same for every VM.
+      ...Object.values(PPROG).map((addr) => ({ addr, name: `PPROG_${addr.toString(16)}`, access: 'pass' as const, reset: 0, ro: RO })),
       { addr: DIAG_DMA_ADDR_LO, name: 'DIAG_DMA_ADDR_LO', access: 'emulate', reset: 0 },
       { addr: DIAG_DMA_ADDR_HI, name: 'DIAG_DMA_ADDR_HI', access: 'emulate', reset: 0 },
       { addr: DIAG_DMA_LEN, name: 'DIAG_DMA_LEN', access: 'emulate', reset: 0 },
@@ -340,6 +336,10 @@ export class Vgpu {
         {
           addr: PFIFO_CHAN_ERR_INFO + 8 * c, name: `PFIFO_CHAN_ERR_INFO${c}`, access: 'trap', reset: 0, ro: RO,
           postRead: () => this.chans.error(c, PFIFO_CHAN_ERR_INFO),
+        },
+        {
+          addr: PFIFO_CHAN_ERR_REASON + 4 * c, name: `PFIFO_CHAN_ERR_REASON${c}`, access: 'trap', reset: 0, ro: RO,
+          postRead: () => this.chans.errorReason(c),
         },
         {
           addr: PFIFO_CHAN + 8 * c, name: `PFIFO_CHAN${c}`, access: 'trap', reset: 0, ro: 0x70000000,

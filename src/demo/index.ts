@@ -19,7 +19,7 @@ import { runGuest, type GuestResult } from '../vm/launcher.ts';
 import { loadManifest } from '../vm/manifest.ts';
 import { startServer, type ServerProcess } from '../vm/server-process.ts';
 import { buildNativeTwin, repoRoot, runNativeTwin } from './native-twin.ts';
-import { BENCHMARKS, STAGES, byBench, representative, toBenchRecord, type BenchRecord, type Stage } from './records.ts';
+import { BENCHMARKS, STAGES, byBench, representative, toBenchRecord, type BenchRecord, type DemoRow, type Stage } from './records.ts';
 import { ratio, stageTable, summaryTable } from './table.ts';
 
 export interface DemoOptions {
@@ -47,17 +47,7 @@ export interface DemoOptions {
   onGuestLine?: (line: string) => void;
 }
 
-export interface DemoRow {
-  bench: string;
-  size: string;
-  guest: BenchRecord | null;
-  native: BenchRecord | null;
-  /** Both sides ran and verified. */
-  ok: boolean;
-  ratio: { total: number | null; stages: Record<Stage, number | null> };
-  guestRuns: number;
-  nativeRuns: number;
-}
+export type { DemoRow };
 
 export interface DemoReport {
   created: string;

@@ -27,6 +27,19 @@ export interface BenchRecord {
   detail: string;
 }
 
+/** One benchmark of the demo, guest beside native (index.ts builds it, table.ts prints it). */
+export interface DemoRow {
+  bench: string;
+  size: string;
+  guest: BenchRecord | null;
+  native: BenchRecord | null;
+  /** Both sides ran and verified. */
+  ok: boolean;
+  ratio: { total: number | null; stages: Record<Stage, number | null> };
+  guestRuns: number;
+  nativeRuns: number;
+}
+
 const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
 
 /** The record, or a string saying what is wrong with it. */

@@ -1,7 +1,6 @@
 // Text tables of the demo: a summary (total per benchmark, guest vs native) and the stage
 // breakdown (G-KVM Table IV stages: guest, native and their ratio per benchmark).
-import { STAGES, type Stage } from './records.ts';
-import type { DemoRow } from './index.ts';
+import { STAGES, type DemoRow, type Stage } from './records.ts';
 
 /** Below this many µs a stage is treated as empty (no ratio). */
 const EMPTY_US = 1;

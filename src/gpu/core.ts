@@ -1,11 +1,24 @@
 // What the per-block register tables and engine parts share: the register file, VRAM, the
-// bus resolver, the interrupt logic and the device clock. The Engine implements it.
+// bus resolver, the interrupt logic and the device clock. The Engine implements it. The fault
+// record types live here, not in mmu.ts, because mmu.ts imports this file (no import cycle).
 import type { RegisterFile } from './regs.ts';
 import type { Vram } from './vram.ts';
 import type { BusResolver } from './bus.ts';
 import type { Interrupts } from './irq.ts';
 import type { GuestWarnings, Logger } from '../log.ts';
-import type { FaultRecord } from './mmu.ts';
+import type { FaultReason, FaultUnit } from './spec.ts';
+
+export interface Fault {
+  reason: FaultReason;
+  /** VA of the failing page (4 KiB aligned, never below the access start's page). */
+  va: number;
+  write: boolean;
+}
+
+export interface FaultRecord extends Fault {
+  chid: number;
+  unit: FaultUnit;
+}
 
 /**
  * Events for the layer above (the aggregator's scheduler and interrupt routing). They carry
@@ -22,6 +35,9 @@ export interface EngineListener {
   channelError?(chid: number, code: number, info: number): void;
   /** An MMU fault (reported even when the fault registers were already holding one). */
   fault?(f: FaultRecord): void;
+  /** The channel waits beside the device (a program compiling, hw-spec §6.3.1): the device may
+   * serve others meanwhile; the channel continues by itself and reports idle when done. */
+  channelWaiting?(chid: number): void;
 }
 
 export interface GpuCore {

@@ -2,7 +2,7 @@
 // (VRAM memfd ranges and bus-resolver extents), plus the TLB-flush and fault registers (§3.6).
 // Translation always completes before any data moves, so a fault has no side effects.
 import type { RegisterInfo } from './regs.ts';
-import type { GpuCore } from './core.ts';
+import type { Fault, FaultRecord, GpuCore } from './core.ts';
 import { pushExtent, readExtents, writeExtents, type Extent } from './bus.ts';
 import {
   ENTRY_TARGET_SHIFT, FAULT, LARGE_PAGE, LARGE_SHIFT, MMU_FAULT_ADDR_HI,
@@ -10,8 +10,9 @@ import {
   MMU_FAULT_STATUS_VALID, MMU_FLUSH_ALL_PDB, MMU_FLUSH_GO, MMU_FLUSH_PDB, MMU_FLUSH_STATUS,
   MMU_FLUSH_STATUS_VALUE, MMU_FLUSH_TRIGGER, PD_SHIFT, PDE_LARGE, PDE_PRESENT, PDE_RESERVED, PTE_PRESENT, PTE_RESERVED,
   PTE_READ_ONLY, SMALL_PAGE, SMALL_SHIFT, TARGET_SYSMEM, TARGET_SYSMEM_NC, TARGET_VRAM, VA_LIMIT,
-  type FaultReason, type FaultUnit,
 } from './spec.ts';
+
+export type { Fault, FaultRecord };
 
 const TWO32 = 0x1_0000_0000;
 const PDE_SPAN = 2 ** PD_SHIFT;
@@ -22,18 +23,6 @@ export interface AddressSpace {
   pdAddr: number;
   /** Last valid VA (inclusive). */
   limit: number;
-}
-
-export interface Fault {
-  reason: FaultReason;
-  /** VA of the failing page (4 KiB aligned, never below the access start's page). */
-  va: number;
-  write: boolean;
-}
-
-export interface FaultRecord extends Fault {
-  chid: number;
-  unit: FaultUnit;
 }
 
 export function isSysmem(target: number): boolean {
