@@ -148,6 +148,11 @@ export class Aggregator implements VgpuHost {
         if (this.running && this.running.pchid === chid) this.finish(this.running, 0);
       },
       fault: (f) => this.onFault(f),
+      // A program compiling: like an acquire wait, the submission leaves the device but the
+      // channel stays open and continues by itself once the compile is done.
+      channelWaiting: (chid) => {
+        if (this.running && this.running.pchid === chid) this.finish(this.running, 0, true);
+      },
     };
 
     const policy: SchedulerPolicy = createPolicy(opts.policy ?? 'fifo', opts.policyConfig ?? {});
@@ -230,6 +235,7 @@ export class Aggregator implements VgpuHost {
     if (this.vms.get(vm.name) !== vm) return;
     vm.reset();
     if (this.running?.vm === vm) this.finish(this.running, 0);
+    this.engine.dropOwner(vm.index + 1);
     const now = this.now();
     this.policy.removeVm(vm.name, now);
     this.policy.addVm(vm.name, { weight: vm.weight }, now);
@@ -242,6 +248,7 @@ export class Aggregator implements VgpuHost {
     if (this.vms.get(vm.name) !== vm) return;
     vm.reset();
     if (this.running?.vm === vm) this.finish(this.running, 0);
+    this.engine.dropOwner(vm.index + 1);
     this.policy.removeVm(vm.name, this.now());
     this.bus.detach(vm.index);
     this.metrics?.unregister(vm.name);
@@ -297,6 +304,8 @@ export class Aggregator implements VgpuHost {
     this.owner[p] = vm;
     this.ownerVchid[p] = vchid;
     this.held.set(vm, held + 1);
+    // Programs compiled on this channel belong to this VM's cache (never shared between VMs).
+    this.engine.setChannelOwner(p, vm.index + 1);
     return p;
   }
 

@@ -6,6 +6,8 @@ import { COMPUTE_MAX_BUFFERS } from './spec.ts';
 export const WAIT_NONE = 0;
 export const WAIT_JOB = 1;
 export const WAIT_ACQUIRE = 2;
+/** A program launch waits for its module to be checked and compiled (beside the device). */
+export const WAIT_PROGRAM = 3;
 
 export interface SemaphoreRegs {
   hi: number;
@@ -31,6 +33,14 @@ export interface ComputeRegs extends SemaphoreRegs {
   bufferCount: number;
   /** 4 words per buffer: VA upper, VA lower, length, flags. */
   buffers: number[];
+  // §6.3 programs
+  progHi: number;
+  progLo: number;
+  progLength: number;
+  progEntry: number;
+  specHi: number;
+  specLo: number;
+  specCount: number;
 }
 
 /** Decoder position inside the current pushbuffer segment. */
@@ -66,6 +76,8 @@ export interface ChannelState {
   onRunlist: boolean;
   error: number;
   errorInfo: number;
+  /** BAD_PROGRAM sub-reason (PFIFO_CHAN_ERR_REASON). */
+  errorReason: number;
   wait: number;
   acquire: { va: number; payload: number; geq: boolean };
   subch: number[];
@@ -81,13 +93,16 @@ export interface ChannelState {
   jobs: number;
   /** Native job id in flight, or -1. */
   job: number;
+  /** Whose work this channel runs (the aggregator's VM index + 1; 0 = the one owner of pt and
+   * bare engines): compiled programs are cached per owner, never shared between owners. */
+  owner: number;
 }
 
 export function newChannel(chid: number): ChannelState {
   return {
     chid, bound: false, epoch: 0, instAddr: 0,
     userdTarget: 0, userdAddr: 0, gpBase: 0, gpEntries: 0, pdTarget: 0, pdAddr: 0, limit: 0,
-    gpGet: 0, gpPut: 0, kicked: false, onRunlist: false, error: 0, errorInfo: 0,
+    gpGet: 0, gpPut: 0, kicked: false, onRunlist: false, error: 0, errorInfo: 0, errorReason: 0,
     wait: WAIT_NONE, acquire: { va: 0, payload: 0, geq: false },
     subch: [0, 0, 0, 0, 0, 0, 0, 0],
     host: { hi: 0, lo: 0, payload: 0 },
@@ -95,8 +110,9 @@ export function newChannel(chid: number): ChannelState {
     compute: {
       hi: 0, lo: 0, payload: 0, kernel: 0, grid: [1, 1, 1], paramHi: 0, paramLo: 0, paramLength: 0,
       bufferCount: 0, buffers: new Array<number>(COMPUTE_MAX_BUFFERS * 4).fill(0),
+      progHi: 0, progLo: 0, progLength: 0, progEntry: 0, specHi: 0, specLo: 0, specCount: 0,
     },
-    cursor: null, busy: false, busyNs: 0, deviceNs: 0, jobs: 0, job: -1,
+    cursor: null, busy: false, busyNs: 0, deviceNs: 0, jobs: 0, job: -1, owner: 0,
   };
 }
 
@@ -107,5 +123,6 @@ export function clearChannel(ch: ChannelState): void {
   fresh.deviceNs = ch.deviceNs;
   fresh.jobs = ch.jobs;
   fresh.onRunlist = ch.onRunlist;
+  fresh.owner = ch.owner;
   Object.assign(ch, fresh);
 }

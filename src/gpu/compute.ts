@@ -1,25 +1,34 @@
-// Compute class 0x90c0 (hw-spec §6.2): launches a built-in kernel by id. At LAUNCH every buffer
-// VA range is translated (write access for the buffers the kernel writes), mapped into one
-// contiguous host window each, and the kernel runs on the native pool; the windows are
-// unmapped when it completes. Nothing runs if any translation faults.
+// Compute class 0x90c0 (hw-spec §6.2, §6.3): launches a built-in kernel by id, or a guest's
+// SPIR-V program. At LAUNCH every buffer VA range is translated (write access for the buffers
+// the launch may write), mapped into one contiguous host window each, and the job runs on the
+// backend — built-ins on the native pool, programs on the program backend (programs.ts); the
+// windows are unmapped when it completes. Nothing runs if any translation faults. This file is
+// the shared front end: translation, faults, checks and accounting happen here once.
 import type { WindowRef } from './windows.ts';
 import type { ChannelState } from './channel.ts';
-import { CONTINUE, STOP, type CommandProcessor, type Step } from './cp.ts';
+import { CONTINUE, STOP, type CommandProcessor, type PostOp, type Step } from './cp.ts';
 import { jobPool } from './jobs.ts';
 import { KERNELS } from './kernels.ts';
-import { CHAN_ERR, COMPUTE, COMPUTE_MAX_BUFFERS, COMPUTE_MAX_PARAMS, SMALL_PAGE, UNIT } from './spec.ts';
+import { ProgramCache, type Program } from './programs.ts';
+import type { Extent } from '../native.ts';
+import {
+  BUFFER_READ_ONLY, CHAN_ERR, COMPUTE, COMPUTE_MAX_BUFFERS, COMPUTE_MAX_PARAMS, LAUNCH_PROGRAM,
+  PROG_REASON, SMALL_PAGE, UNIT,
+} from './spec.ts';
 
 const TWO32 = 0x1_0000_0000;
-/** LAUNCH bits a compute launch may set: flush, semaphore type, interrupt type. */
-const LAUNCH_ALLOWED = 0x7c;
+/** LAUNCH bits a compute launch may set: flush, semaphore type, interrupt type, PROGRAM. */
+const LAUNCH_ALLOWED = 0x7c | LAUNCH_PROGRAM;
 const BUF_END = COMPUTE.BUFFER_BASE + COMPUTE_MAX_BUFFERS * COMPUTE.BUFFER_STRIDE;
+const NO_BYTES: Uint8Array = new Uint8Array(0);
+const NO_WORDS = new Uint32Array(0);
 
 export function computeMethod(cp: CommandProcessor, ch: ChannelState, method: number, data: number): Step {
   const k = ch.compute;
   if (method >= COMPUTE.BUFFER_BASE && method < BUF_END) {
     const word = (method - COMPUTE.BUFFER_BASE) >> 2;
     if ((word & 3) === 0) data &= 0xff; // VA upper
-    else if ((word & 3) === 3 && data !== 0) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA); // flags
+    else if ((word & 3) === 3 && (data & ~BUFFER_READ_ONLY) !== 0) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA); // flags
     k.buffers[word] = data >>> 0;
     return CONTINUE;
   }
@@ -35,6 +44,13 @@ export function computeMethod(cp: CommandProcessor, ch: ChannelState, method: nu
     case COMPUTE.PARAM_VA_LOWER: k.paramLo = data >>> 0; return CONTINUE;
     case COMPUTE.PARAM_LENGTH: k.paramLength = data >>> 0; return CONTINUE;
     case COMPUTE.BUFFER_COUNT: k.bufferCount = data >>> 0; return CONTINUE;
+    case COMPUTE.PROGRAM_VA_UPPER: k.progHi = data & 0xff; return CONTINUE;
+    case COMPUTE.PROGRAM_VA_LOWER: k.progLo = data >>> 0; return CONTINUE;
+    case COMPUTE.PROGRAM_LENGTH: k.progLength = data >>> 0; return CONTINUE;
+    case COMPUTE.PROGRAM_ENTRY: k.progEntry = data >>> 0; return CONTINUE;
+    case COMPUTE.SPEC_VA_UPPER: k.specHi = data & 0xff; return CONTINUE;
+    case COMPUTE.SPEC_VA_LOWER: k.specLo = data >>> 0; return CONTINUE;
+    case COMPUTE.SPEC_COUNT: k.specCount = data >>> 0; return CONTINUE;
     case COMPUTE.SET_SEMAPHORE_A: k.hi = data & 0xff; return CONTINUE;
     case COMPUTE.SET_SEMAPHORE_B: k.lo = data >>> 0; return CONTINUE;
     case COMPUTE.SET_SEMAPHORE_PAYLOAD: k.payload = data >>> 0; return CONTINUE;
@@ -47,9 +63,14 @@ function launch(cp: CommandProcessor, ch: ChannelState, flags: number): Step {
   const k = ch.compute;
   const post = cp.postOp(flags, k);
   if ((flags & ~LAUNCH_ALLOWED) !== 0 || !post) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+  if ((flags & LAUNCH_PROGRAM) !== 0) return launchProgram(cp, ch, flags, post);
   const info = KERNELS[k.kernel];
   if (!info || k.bufferCount !== info.buffers || k.paramLength > COMPUTE_MAX_PARAMS) {
     return cp.error(ch, CHAN_ERR.BAD_LAUNCH);
+  }
+  // READ_ONLY on a buffer the kernel writes cannot be honoured.
+  for (let i = 0; i < info.buffers; i++) {
+    if ((k.buffers[4 * i + 3]! & BUFFER_READ_ONLY) !== 0 && ((info.writes >>> i) & 1) === 1) return cp.error(ch, CHAN_ERR.BAD_LAUNCH);
   }
   let params = new Uint8Array(0);
   if (k.paramLength > 0) {
@@ -58,23 +79,42 @@ function launch(cp: CommandProcessor, ch: ChannelState, flags: number): Step {
     params = p.slice(); // the job keeps its own copy (the guest may reuse the memory)
   }
 
-  // Translate every buffer before mapping any (a fault must leave nothing behind).
-  const ranges: { extents: import('../native.ts').Extent[]; offset: number; length: number; write: boolean }[] = [];
-  for (let i = 0; i < info.buffers; i++) {
+  const write = (i: number): boolean => ((info.writes >>> i) & 1) === 1;
+  const mapped = mapBuffers(cp, ch, info.buffers, write);
+  if (!mapped) return STOP;
+  const job = { kernel: k.kernel, windows: mapped.windows, lengths: mapped.lengths, params };
+  return cp.startJob(ch, (wd, done) => jobPool.submitKernel(job, wd, done), post, mapped.unmap);
+}
+
+interface Mapped {
+  windows: bigint[];
+  lengths: number[];
+  unmap: () => void;
+}
+
+/** Translate buffers 0..count-1 (write access where `write(i)`), then map each into a host
+ * window. Every buffer is translated before any is mapped: a fault leaves nothing behind.
+ * null = the channel stopped (fault or mapping failure). */
+function mapBuffers(cp: CommandProcessor, ch: ChannelState, count: number, write: (i: number) => boolean): Mapped | null {
+  const k = ch.compute;
+  const ranges: { extents: Extent[]; offset: number; length: number; write: boolean }[] = [];
+  for (let i = 0; i < count; i++) {
     const va = k.buffers[4 * i]! * TWO32 + k.buffers[4 * i + 1]!;
     const len = k.buffers[4 * i + 2]!;
-    if (len === 0) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA);
-    // Windows are mapped with page granularity; the kernel sees exactly [va, va + len).
+    if (len === 0) {
+      cp.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+      return null;
+    }
+    // Windows are mapped with page granularity; the job sees exactly [va, va + len).
     const start = va - (va % SMALL_PAGE);
     const end = Math.ceil((va + len) / SMALL_PAGE) * SMALL_PAGE;
-    const write = ((info.writes >>> i) & 1) === 1;
-    const extents = cp.translate(ch, start, end - start, write, UNIT.COMPUTE);
-    if (!extents) return STOP;
-    ranges.push({ extents, offset: va - start, length: len, write });
+    const w = write(i);
+    const extents = cp.translate(ch, start, end - start, w, UNIT.COMPUTE);
+    if (!extents) return null;
+    ranges.push({ extents, offset: va - start, length: len, write: w });
   }
-
   const maps: WindowRef[] = [];
-  const unmap = () => {
+  const unmap = (): void => {
     for (const m of maps) m.release();
     maps.length = 0;
   };
@@ -83,13 +123,100 @@ function launch(cp: CommandProcessor, ch: ChannelState, flags: number): Step {
   } catch (err) {
     unmap();
     cp.core.log.warn({ chid: ch.chid, err: (err as Error).message }, 'gpu compute: mapWindow failed');
-    return cp.error(ch, CHAN_ERR.KERNEL_ERROR);
+    cp.error(ch, CHAN_ERR.KERNEL_ERROR);
+    return null;
   }
-  const job = {
-    kernel: k.kernel,
+  return {
     windows: maps.map((m, i) => m.address + BigInt(ranges[i]!.offset)),
     lengths: ranges.map((r) => r.length),
-    params,
+    unmap,
   };
-  return cp.startJob(ch, (wd, done) => jobPool.submitKernel(job, wd, done), post, unmap);
+}
+
+// ---- programs (hw-spec §6.3) ----
+
+/** The module a channel launched last: a relaunch of the same bytes skips hashing. */
+interface LastProgram {
+  owner: number;
+  module: Uint8Array;
+  entry: number;
+  spec: Uint8Array;
+  key: string;
+}
+const lastProgram = new WeakMap<ChannelState, LastProgram>();
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && Buffer.compare(a, b) === 0;
+}
+
+function launchProgram(cp: CommandProcessor, ch: ChannelState, flags: number, post: PostOp): Step {
+  const cache = cp.programs;
+  if (!cache) return cp.programError(ch, PROG_REASON.UNSUPPORTED);
+  const lim = cache.backend.limits;
+  const k = ch.compute;
+  // §6.3.1 step 1: nothing is read before these hold.
+  const progVa = k.progHi * TWO32 + k.progLo;
+  const len = k.progLength;
+  if (len % 4 !== 0 || len < 20 || len > lim.maxModuleBytes || progVa % 4 !== 0) return cp.programError(ch, PROG_REASON.MODULE_SIZE);
+  if (k.specCount > lim.maxSpecConstants) return cp.programError(ch, PROG_REASON.SPEC_CONSTANTS);
+  if (k.paramLength > lim.maxPushBytes) return cp.programError(ch, PROG_REASON.PUSH_CONSTANTS);
+  for (let d = 0; d < 3; d++) if (k.grid[d]! > lim.maxGrid[d]!) return cp.programError(ch, PROG_REASON.GRID);
+  if (k.bufferCount > lim.maxBindings) return cp.programError(ch, PROG_REASON.BUFFER);
+  for (let i = 0; i < k.bufferCount; i++) {
+    const va = k.buffers[4 * i]! * TWO32 + k.buffers[4 * i + 1]!;
+    if (va % lim.bufferAlign !== 0 || k.buffers[4 * i + 2]! > lim.maxBufferBytes) return cp.programError(ch, PROG_REASON.BUFFER);
+  }
+
+  // Step 2: module, specialization and parameters through the MMU.
+  const module = cp.readVa(ch, progVa, len, UNIT.COMPUTE);
+  if (!module) return STOP;
+  let spec = NO_BYTES;
+  if (k.specCount > 0) {
+    const specVa = k.specHi * TWO32 + k.specLo;
+    if (specVa % 4 !== 0) return cp.programError(ch, PROG_REASON.SPEC_CONSTANTS);
+    const s = cp.readVa(ch, specVa, k.specCount * 8, UNIT.COMPUTE);
+    if (!s) return STOP;
+    spec = s;
+  }
+  let params = NO_BYTES;
+  if (k.paramLength > 0) {
+    const p = cp.readVa(ch, k.paramHi * TWO32 + k.paramLo, k.paramLength, UNIT.COMPUTE);
+    if (!p) return STOP;
+    params = p;
+  }
+
+  // Step 3: the owner's compiled program, or a compile beside the device.
+  const entry = k.progEntry;
+  let last = lastProgram.get(ch);
+  if (!last || last.owner !== ch.owner || last.entry !== entry || !sameBytes(last.module, module) || !sameBytes(last.spec, spec)) {
+    last = { owner: ch.owner, module: module.slice(), entry, spec: spec.slice(), key: ProgramCache.key(module, entry, spec) };
+    lastProgram.set(ch, last);
+  }
+  const l = last;
+  const resume = cp.waitProgram(ch);
+  const prog: Program = cache.lookup(ch.owner, l.key, () => words(l.module), entry, words(l.spec),
+    (_p, compileNs) => resume(compileNs, () => launch(cp, ch, flags)));
+  if (!cache.ready(prog)) {
+    if (prog.info) return cp.programError(ch, prog.info.reason); // refused before
+    return cp.blockOnProgram(ch); // compiling: resume re-runs this launch
+  }
+  const entryInfo = prog.info!.entry!;
+  const bad = ProgramCache.check(entryInfo, k.bufferCount, k.buffers, k.paramLength);
+  if (bad) return cp.programError(ch, bad);
+
+  // Step 4: bindings = exactly the translated ranges; READ_ONLY buffers translated for reading.
+  const mapped = mapBuffers(cp, ch, k.bufferCount, (i) => (k.buffers[4 * i + 3]! & BUFFER_READ_ONLY) === 0);
+  if (!mapped) return STOP;
+  const push = params.length > entryInfo.pushBytes ? params.slice(0, entryInfo.pushBytes) : params.slice();
+  const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number] };
+  prog.users++;
+  return cp.startJob(ch, (wd, done) => cache.backend.dispatch(job, wd, done), post, () => {
+    mapped.unmap();
+    cache.unuse(prog);
+  });
+}
+
+function words(b: Uint8Array): Uint32Array {
+  if (b.length === 0) return NO_WORDS;
+  return (b.byteOffset & 3) === 0 ? new Uint32Array(b.buffer, b.byteOffset, b.length >> 2) : new Uint32Array(b.slice().buffer);
 }

@@ -5,7 +5,7 @@
 import type { GpuCore } from './core.ts';
 import { recordFault, type AddressSpace, type Fault, type Mmu } from './mmu.ts';
 import type { Pfifo } from './pfifo.ts';
-import { WAIT_ACQUIRE, WAIT_JOB, WAIT_NONE, type ChannelState, type Cursor } from './channel.ts';
+import { WAIT_ACQUIRE, WAIT_JOB, WAIT_NONE, WAIT_PROGRAM, type ChannelState, type Cursor } from './channel.ts';
 import type { Extent } from './bus.ts';
 import { readExtents, writeExtents } from './bus.ts';
 import { jobPool, type JobResult } from './jobs.ts';
@@ -15,6 +15,7 @@ import {
   UNIT, USERD, type FaultUnit,
 } from './spec.ts';
 import { WindowCache } from './windows.ts';
+import type { ProgramCache } from './programs.ts';
 import { copyMethod } from './copy.ts';
 import { computeMethod } from './compute.ts';
 
@@ -28,6 +29,8 @@ export type Step = typeof CONTINUE | typeof BLOCK | typeof STOP;
 const TURN_BUDGET = 65536;
 const ACQUIRE_POLL_MS = 1;
 const ECANCELED = 125;
+const ELOOP = 40;
+const ENODEV = 19;
 const TWO32 = 0x1_0000_0000;
 
 /** What a launch does when its job has completed (hw-spec §6.1 LAUNCH_DMA bits 3–6). */
@@ -54,6 +57,9 @@ export class CommandProcessor {
   inFlight = 0;
   /** Compute buffer windows (VRAM-only windows are reused across launches). */
   readonly windows: WindowCache;
+  /** Compiled guest programs per owner, on the program backend; null = no program device
+   * (PROG_VERSION 0: program launches are BAD_PROGRAM/UNSUPPORTED). */
+  programs: ProgramCache | null = null;
   private ready = new Set<ChannelState>();
   private pumping = false;
   private pumpQueued = false;
@@ -454,6 +460,10 @@ export class CommandProcessor {
     this.where = where;
     if (r.timedOut) {
       this.error(ch, CHAN_ERR.WATCHDOG);
+    } else if (r.status === -ELOOP) {
+      this.error(ch, CHAN_ERR.PROGRAM_LOOP_LIMIT);
+    } else if (r.status === -ENODEV) {
+      this.error(ch, CHAN_ERR.ENGINE_LOST);
     } else if (r.status < 0) {
       if (r.status !== -ECANCELED) this.core.guestWarnings.warn(ch.chid, { chid: ch.chid, status: r.status }, 'gpu job failed');
       this.error(ch, CHAN_ERR.KERNEL_ERROR);
@@ -465,6 +475,38 @@ export class CommandProcessor {
       return;
     }
     this.schedule(ch);
+  }
+
+  /** BAD_PROGRAM with its reason (hw-spec §6.3.6). */
+  programError(ch: ChannelState, reason: number): Step {
+    this.core.guestWarnings.warn(ch.chid, { chid: ch.chid, reason }, 'gpu program refused');
+    this.fifo.fail(ch, CHAN_ERR.BAD_PROGRAM, this.where, reason);
+    return STOP;
+  }
+
+  /**
+   * A program launch whose module is being checked and compiled. Compiling happens beside the
+   * device, not on it: the channel waits (STATE.PROGRAM_WAIT) and the layer above may give the
+   * device to others meanwhile (listener.channelWaiting). The returned callback charges the
+   * compile to this channel and re-runs the launch at the same place in its method stream.
+   */
+  waitProgram(ch: ChannelState): (compileNs: number, relaunch: () => Step) => void {
+    const epoch = ch.epoch;
+    const where = this.where;
+    return (compileNs, relaunch) => {
+      ch.deviceNs += compileNs;
+      ch.busyNs += compileNs;
+      if (epoch !== ch.epoch || ch.wait !== WAIT_PROGRAM) return;
+      ch.wait = WAIT_NONE;
+      this.where = where;
+      if (relaunch() === CONTINUE) this.schedule(ch);
+    };
+  }
+
+  blockOnProgram(ch: ChannelState): Step {
+    ch.wait = WAIT_PROGRAM;
+    this.core.listener.channelWaiting?.(ch.chid);
+    return BLOCK;
   }
 
   /** The channel stopped (error, unbind, reset): forget its waits and cancel its job. */

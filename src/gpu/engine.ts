@@ -14,6 +14,8 @@ import { diagRegisters } from './diag.ts';
 import { Mmu, mmuRegisters } from './mmu.ts';
 import { Pfifo } from './pfifo.ts';
 import { CommandProcessor } from './cp.ts';
+import { pprogRegisters } from './pprog.ts';
+import { ProgramCache, type ProgramBackend } from './programs.ts';
 import type { ChannelState } from './channel.ts';
 import { PMC_ENABLE_PFIFO, PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE } from './spec.ts';
 
@@ -22,6 +24,8 @@ export type { EngineListener };
 export interface EngineOptions {
   /** VRAM bytes (multiple of 1 MiB); default 1 GiB. */
   vramSize?: number;
+  /** Adopt this VRAM memfd instead of creating one (restart: src/gpu/persist.ts). */
+  vramFd?: number;
   /** Physical channels, 1–128; default 64. */
   channels?: number;
   /** Job watchdog in ms; default 10 000. */
@@ -33,6 +37,10 @@ export interface EngineOptions {
   /** Channel events for the layer above (scheduler, interrupt routing). */
   listener?: EngineListener;
   log?: Logger;
+  /** The device that runs guest programs (hw-spec §6.3); none = PROG_VERSION 0. */
+  programs?: ProgramBackend | null;
+  /** Compiled programs kept per owner (LRU). */
+  programsPerOwner?: number;
 }
 
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */
@@ -49,13 +57,14 @@ export class Engine implements GpuCore {
   readonly mmu: Mmu;
   readonly fifo: Pfifo;
   readonly cp: CommandProcessor;
-  private resetAt = process.hrtime.bigint();
+  /** PTIMER origin (hrtime ns of the last reset); plain so that a checkpoint carries it. */
+  resetAt = process.hrtime.bigint();
   private unknownLogged = new Set<number>();
 
   constructor(opts: EngineOptions = {}) {
     this.log = opts.log ?? logger.child({ part: 'gpu' });
     this.guestWarnings = new GuestWarnings(this.log);
-    this.vram = new Vram(opts.vramSize ?? 1 << 30);
+    this.vram = new Vram(opts.vramSize ?? 1 << 30, 'vugpu-vram', opts.vramFd);
     this.bus = opts.bus ?? NO_BUS;
     this.listener = opts.listener ?? {};
     this.irq = new Interrupts(() => this.regs, opts.onInterrupt ?? (() => {}));
@@ -75,10 +84,12 @@ export class Engine implements GpuCore {
       ...diagRegisters(this),
       ...this.fifo.registers(),
       ...mmuRegisters(this, this.mmu),
+      ...pprogRegisters(() => this.cp.programs?.backend.limits ?? null),
     ];
+    if (opts.programs) this.cp.programs = new ProgramCache(opts.programs, { perOwner: opts.programsPerOwner });
     this.regs = new RegisterFile(tables);
     this.log.info(
-      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs },
+      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs, programDevice: this.programDevice },
       'gpu engine created',
     );
   }
@@ -103,6 +114,7 @@ export class Engine implements GpuCore {
    * are cancelled and their results dropped). VRAM is kept. */
   reset(): void {
     this.fifo.reset();
+    this.cp.programs?.close(); // a reset device keeps no compiled programs
     this.regs.reset();
     this.resetAt = process.hrtime.bigint();
   }
@@ -114,6 +126,26 @@ export class Engine implements GpuCore {
 
   set watchdogMs(ms: number) {
     this.cp.watchdogMs = ms;
+  }
+
+  /** The program device's name, or null (no guest programs). */
+  get programDevice(): string | null {
+    return this.cp.programs?.backend.device ?? null;
+  }
+
+  get programs(): ProgramCache | null {
+    return this.cp.programs;
+  }
+
+  /** Whose work a physical channel runs (compiled programs are cached per owner). */
+  setChannelOwner(chid: number, owner: number): void {
+    const ch = this.fifo.channels[chid];
+    if (ch) ch.owner = owner;
+  }
+
+  /** An owner left (VM detached or reset): forget the programs compiled for it. */
+  dropOwner(owner: number): void {
+    this.cp.programs?.dropOwner(owner);
   }
 
   /** Read-only view of a channel's state (plain data). */
@@ -208,6 +240,7 @@ export class Engine implements GpuCore {
 
   close(): void {
     this.fifo.reset();
+    this.cp.programs?.close();
     this.cp.close();
     this.vram.close();
     this.log.info('gpu engine closed');

@@ -4,14 +4,14 @@
 import type { RegisterInfo } from './regs.ts';
 import type { GpuCore } from './core.ts';
 import type { Mmu } from './mmu.ts';
-import { clearChannel, newChannel, WAIT_JOB, WAIT_NONE, type ChannelState } from './channel.ts';
+import { clearChannel, newChannel, WAIT_ACQUIRE, WAIT_JOB, WAIT_NONE, WAIT_PROGRAM, type ChannelState } from './channel.ts';
 import {
   CHAN_ERR, CHAN_INST_MASK, CHAN_VALID, DOORBELL, GPFIFO_MAX_LOG2, INST, INST_SIZE, MAX_CHANNELS,
-  PFIFO_CHAN, PFIFO_CHAN_COUNT, PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_INFO, PFIFO_CHAN_STATE,
+  PFIFO_CHAN, PFIFO_CHAN_COUNT, PFIFO_CHAN_ERR, PFIFO_CHAN_ERR_INFO, PFIFO_CHAN_ERR_REASON, PFIFO_CHAN_STATE,
   PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING, PFIFO_INTR, PFIFO_INTR_CHAN_ERROR, PFIFO_INTR_EN,
   PFIFO_INTR_FENCE, PFIFO_INTR_RUNLIST_ERROR, PFIFO_PREEMPT, PFIFO_PREEMPT_PENDING,
   PFIFO_RUNLIST_BASE, PFIFO_RUNLIST_STATUS, PFIFO_RUNLIST_SUBMIT, PMC_ENABLE, PMC_ENABLE_PFIFO,
-  STATE_ACQUIRE_WAIT, STATE_BUSY, STATE_ENABLE, STATE_ERROR, USERD, USERD_SIZE, VA_LIMIT,
+  STATE_ACQUIRE_WAIT, STATE_BUSY, STATE_ENABLE, STATE_ERROR, STATE_PROGRAM_WAIT, USERD, USERD_SIZE, VA_LIMIT,
   TARGET_VRAM,
 } from './spec.ts';
 import { isSysmem } from './mmu.ts';
@@ -42,7 +42,8 @@ export class Pfifo {
 
   stateBits(ch: ChannelState): number {
     let v = this.core.regs.get(PFIFO_CHAN_STATE + 8 * ch.chid) & STATE_ENABLE;
-    if (ch.wait === 2) v |= STATE_ACQUIRE_WAIT;
+    if (ch.wait === WAIT_ACQUIRE) v |= STATE_ACQUIRE_WAIT;
+    else if (ch.wait === WAIT_PROGRAM) v |= STATE_PROGRAM_WAIT;
     if (ch.bound && (ch.cursor !== null || ch.gpGet !== ch.gpPut || ch.wait !== WAIT_NONE || ch.kicked)) v |= STATE_BUSY;
     if (ch.error) v |= STATE_ERROR;
     return v;
@@ -103,10 +104,11 @@ export class Pfifo {
   // ---- errors and fences ----
 
   /** Put a channel into the error state (hw-spec §8.2). */
-  fail(ch: ChannelState, code: number, info: number): void {
+  fail(ch: ChannelState, code: number, info: number, reason = 0): void {
     if (ch.error) return;
     ch.error = code;
     ch.errorInfo = info >>> 0;
+    ch.errorReason = reason;
     const regs = this.core.regs;
     regs.clearBits(PFIFO_CHAN_STATE + 8 * ch.chid, STATE_ENABLE);
     regs.setBits(PFIFO_ERR_PENDING + 4 * (ch.chid >> 5), 1 << (ch.chid & 31));
@@ -191,6 +193,7 @@ export class Pfifo {
       out.push(
         { addr: PFIFO_CHAN_ERR + 8 * c, name: `PFIFO_CHAN_ERR${c}`, reset: 0, ro: RO, postRead: () => ch.error },
         { addr: PFIFO_CHAN_ERR_INFO + 8 * c, name: `PFIFO_CHAN_ERR_INFO${c}`, reset: 0, ro: RO, postRead: () => ch.errorInfo },
+        { addr: PFIFO_CHAN_ERR_REASON + 4 * c, name: `PFIFO_CHAN_ERR_REASON${c}`, reset: 0, ro: RO, postRead: () => ch.errorReason },
         {
           addr: PFIFO_CHAN + 8 * c, name: `PFIFO_CHAN${c}`, reset: 0, ro: 0x70000000,
           postWrite: (v) => {

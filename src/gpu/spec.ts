@@ -45,12 +45,16 @@ export const PFIFO_FENCE_PENDING = 0x002a00; // + 4*i, i < 4
 export const PFIFO_ERR_PENDING = 0x002a10; // + 4*i, i < 4
 export const PFIFO_CHAN_ERR = 0x002c00; // + 8*chid
 export const PFIFO_CHAN_ERR_INFO = 0x002c04; // + 8*chid
+/** [hw-spec 1.1] BAD_PROGRAM sub-reason (§6.3.6). */
+export const PFIFO_CHAN_ERR_REASON = 0x002e00; // + 4*chid
 export const PFIFO_CHAN = 0x003000; // + 8*chid
 export const PFIFO_CHAN_STATE = 0x003004; // + 8*chid
 export const CHAN_VALID = 0x80000000;
 export const CHAN_INST_MASK = 0x0fffffff;
 export const STATE_ENABLE = 1 << 0;
 export const STATE_ACQUIRE_WAIT = 1 << 4;
+/** [hw-spec 1.1] Blocked while the device checks and compiles a program (§6.3.1 step 3). */
+export const STATE_PROGRAM_WAIT = 1 << 5;
 export const STATE_BUSY = 1 << 12;
 export const STATE_ERROR = 1 << 24;
 export const DOORBELL = 0x810090;
@@ -159,7 +163,36 @@ export const COMPUTE = {
   PARAM_VA_UPPER: 0x0210, PARAM_VA_LOWER: 0x0214, PARAM_LENGTH: 0x0218, BUFFER_COUNT: 0x0234,
   SET_SEMAPHORE_A: 0x0240, SET_SEMAPHORE_B: 0x0244, SET_SEMAPHORE_PAYLOAD: 0x0248,
   LAUNCH: 0x0300, BUFFER_BASE: 0x0400, BUFFER_STRIDE: 16,
+  // hw-spec 1.1, §6.3: SPIR-V programs.
+  PROGRAM_VA_UPPER: 0x0220, PROGRAM_VA_LOWER: 0x0224, PROGRAM_LENGTH: 0x0228, PROGRAM_ENTRY: 0x022c,
+  SPEC_VA_UPPER: 0x0250, SPEC_VA_LOWER: 0x0254, SPEC_COUNT: 0x0258,
 } as const;
+/** LAUNCH bit 16: run the program of §6.3 instead of KERNEL_ID. */
+export const LAUNCH_PROGRAM = 1 << 16;
+/** BUFFER_FLAGS bit 0: translate for reading only. */
+export const BUFFER_READ_ONLY = 1;
+
+// ---- §3.10 PPROG: program limits (hw-spec 1.1) ----
+export const PPROG = {
+  VERSION: 0x00b000, MAX_MODULE_BYTES: 0x00b004, MAX_BINDINGS: 0x00b008, MAX_PUSH_BYTES: 0x00b00c,
+  MAX_SPEC_CONSTANTS: 0x00b010, MAX_WG_INVOCATIONS: 0x00b014, MAX_WG_SIZE_X: 0x00b018,
+  MAX_WG_SIZE_Y: 0x00b01c, MAX_WG_SIZE_Z: 0x00b020, MAX_SHARED_BYTES: 0x00b024,
+  MAX_GRID_X: 0x00b028, MAX_GRID_Y: 0x00b02c, MAX_GRID_Z: 0x00b030, MAX_BUFFER_BYTES: 0x00b034,
+  BUFFER_ALIGN: 0x00b038, SUBGROUP_SIZE: 0x00b03c, MAX_LOOP_ITERATIONS: 0x00b040, FEATURES: 0x00b044,
+} as const;
+export const PPROG_BASE = 0x00b000;
+export const PPROG_END = 0x00b100;
+export const PROG_VERSION_1_0 = 0x00010000;
+/** BAD_PROGRAM reasons (PFIFO_CHAN_ERR_REASON), §6.3.6; native/include/program.h has the same. */
+export const PROG_REASON = {
+  UNSUPPORTED: 1, MODULE_SIZE: 2, INVALID: 3, CAPABILITY: 4, EXTENSION: 5, INSTRUCTION: 6,
+  ENTRY_POINT: 7, BINDING: 8, BINDING_WRITABLE: 9, PUSH_CONSTANTS: 10, WORKGROUP_SIZE: 11,
+  SHARED_MEMORY: 12, SPEC_CONSTANTS: 13, GRID: 14, BUFFER: 15, COMPILE: 16, LOOP_FORM: 17,
+} as const;
+export function progReasonName(code: number): string {
+  for (const [k, v] of Object.entries(PROG_REASON)) if (v === code) return k;
+  return `UNKNOWN_${code}`;
+}
 export const COMPUTE_MAX_BUFFERS = 16;
 export const COMPUTE_MAX_PARAMS = 4096;
 /** LAUNCH_DMA / LAUNCH flag fields. */
@@ -204,6 +237,8 @@ export const CHAN_ERR = {
   NONE: 0, BAD_GPFIFO_ENTRY: 1, BAD_OPCODE: 2, BAD_METHOD: 3, BAD_CLASS: 4, NO_OBJECT: 5,
   BAD_METHOD_DATA: 6, BAD_LAUNCH: 7, WATCHDOG: 8, BAD_INSTANCE: 9, PB_TRUNCATED: 10,
   MMU_FAULT: 16, KERNEL_ERROR: 17,
+  // hw-spec 1.1
+  BAD_PROGRAM: 18, PROGRAM_LOOP_LIMIT: 19, ENGINE_LOST: 20,
 } as const;
 export type ChanErrCode = (typeof CHAN_ERR)[keyof typeof CHAN_ERR];
 
