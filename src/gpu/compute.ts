@@ -6,7 +6,7 @@
 // the shared front end: translation, faults, checks and accounting happen here once.
 import type { WindowRef } from './windows.ts';
 import type { ChannelState } from './channel.ts';
-import { CONTINUE, STOP, type CommandProcessor, type PostOp, type Step } from './cp.ts';
+import { CONTINUE, STOP, type PostOp, type Step, type ClassContext } from './step.ts';
 import { jobPool } from './jobs.ts';
 import { KERNELS } from './kernels.ts';
 import { ProgramCache, type Program } from './programs.ts';
@@ -23,7 +23,7 @@ const BUF_END = COMPUTE.BUFFER_BASE + COMPUTE_MAX_BUFFERS * COMPUTE.BUFFER_STRID
 const NO_BYTES: Uint8Array = new Uint8Array(0);
 const NO_WORDS = new Uint32Array(0);
 
-export function computeMethod(cp: CommandProcessor, ch: ChannelState, method: number, data: number): Step {
+export function computeMethod(cp: ClassContext, ch: ChannelState, method: number, data: number): Step {
   const k = ch.compute;
   if (method >= COMPUTE.BUFFER_BASE && method < BUF_END) {
     const word = (method - COMPUTE.BUFFER_BASE) >> 2;
@@ -59,7 +59,7 @@ export function computeMethod(cp: CommandProcessor, ch: ChannelState, method: nu
   }
 }
 
-function launch(cp: CommandProcessor, ch: ChannelState, flags: number): Step {
+function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   const k = ch.compute;
   const post = cp.postOp(flags, k);
   if ((flags & ~LAUNCH_ALLOWED) !== 0 || !post) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA);
@@ -95,7 +95,7 @@ interface Mapped {
 /** Translate buffers 0..count-1 (write access where `write(i)`), then map each into a host
  * window. Every buffer is translated before any is mapped: a fault leaves nothing behind.
  * null = the channel stopped (fault or mapping failure). */
-function mapBuffers(cp: CommandProcessor, ch: ChannelState, count: number, write: (i: number) => boolean): Mapped | null {
+function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i: number) => boolean): Mapped | null {
   const k = ch.compute;
   const ranges: { extents: Extent[]; offset: number; length: number; write: boolean }[] = [];
   for (let i = 0; i < count; i++) {
@@ -149,7 +149,7 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && Buffer.compare(a, b) === 0;
 }
 
-function launchProgram(cp: CommandProcessor, ch: ChannelState, flags: number, post: PostOp): Step {
+function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: PostOp): Step {
   const cache = cp.programs;
   if (!cache) return cp.programError(ch, PROG_REASON.UNSUPPORTED);
   const lim = cache.backend.limits;

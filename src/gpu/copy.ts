@@ -2,7 +2,7 @@
 // ranges are translated completely before the job starts; the native pool moves the bytes
 // scatter-gather between VRAM and system-memory extents.
 import type { ChannelState } from './channel.ts';
-import { CONTINUE, STOP, type CommandProcessor, type Step } from './cp.ts';
+import { CONTINUE, STOP, type Step, type ClassContext } from './step.ts';
 import { jobPool } from './jobs.ts';
 import { CHAN_ERR, COPY, UNIT } from './spec.ts';
 
@@ -10,7 +10,7 @@ const TWO32 = 0x1_0000_0000;
 /** LAUNCH_DMA bits a launch may set: transfer type, flush, semaphore, interrupt, layouts. */
 const LAUNCH_ALLOWED = 0x1ff;
 
-export function copyMethod(cp: CommandProcessor, ch: ChannelState, method: number, data: number): Step {
+export function copyMethod(cp: ClassContext, ch: ChannelState, method: number, data: number): Step {
   const c = ch.copy;
   switch (method) {
     case COPY.SET_SEMAPHORE_A: c.hi = data & 0xff; return CONTINUE;
@@ -32,7 +32,7 @@ export function copyMethod(cp: CommandProcessor, ch: ChannelState, method: numbe
   }
 }
 
-function launch(cp: CommandProcessor, ch: ChannelState, flags: number): Step {
+function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   const c = ch.copy;
   const transfer = flags & 3;
   const post = cp.postOp(flags, c);

@@ -17,13 +17,9 @@ import {
 import { WindowCache } from './windows.ts';
 import type { ProgramCache } from './programs.ts';
 import { copyMethod } from './copy.ts';
-import { computeMethod } from './compute.ts';
+import { BLOCK, CONTINUE, STOP, type ClassContext, type ClassMethod, type PostOp, type Step } from './step.ts';
 
-/** Result of executing one method. */
-export const CONTINUE = 0;
-export const BLOCK = 1;
-export const STOP = 2;
-export type Step = typeof CONTINUE | typeof BLOCK | typeof STOP;
+import { computeMethod } from './compute.ts';
 
 /** Methods executed per pump turn before yielding to the event loop. */
 const TURN_BUDGET = 65536;
@@ -33,22 +29,12 @@ const ELOOP = 40;
 const ENODEV = 19;
 const TWO32 = 0x1_0000_0000;
 
-/** What a launch does when its job has completed (hw-spec §6.1 LAUNCH_DMA bits 3–6). */
-export interface PostOp {
-  semType: number; // 0 none, 1 one word, 2 four words
-  interrupt: boolean;
-  va: number;
-  payload: number;
-}
-
-export type ClassMethod = (cp: CommandProcessor, ch: ChannelState, method: number, data: number) => Step;
-
 const CLASSES = new Map<number, ClassMethod>([
   [CLASS_COPY, copyMethod],
   [CLASS_COMPUTE, computeMethod],
 ]);
 
-export class CommandProcessor {
+export class CommandProcessor implements ClassContext {
   readonly core: GpuCore;
   readonly mmu: Mmu;
   readonly fifo: Pfifo;

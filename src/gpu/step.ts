@@ -1,0 +1,43 @@
+// What the command processor (cp.ts) and its classes (copy.ts, compute.ts) share: the result of
+// executing one method, a launch's completion actions, and the part of the command processor a
+// class may use. A leaf module, so the classes never import the command processor itself.
+import type { ChannelState } from './channel.ts';
+import type { Extent } from './bus.ts';
+import type { GpuCore } from './core.ts';
+import type { JobResult } from './jobs.ts';
+import type { ProgramCache } from './programs.ts';
+import type { WindowCache } from './windows.ts';
+import type { FaultUnit } from './spec.ts';
+
+/** Result of executing one method. */
+export const CONTINUE = 0;
+export const BLOCK = 1;
+export const STOP = 2;
+export type Step = typeof CONTINUE | typeof BLOCK | typeof STOP;
+
+/** What a launch does when its job has completed (hw-spec §6.1 LAUNCH_DMA bits 3–6). */
+export interface PostOp {
+  semType: number; // 0 none, 1 one word, 2 four words
+  interrupt: boolean;
+  va: number;
+  payload: number;
+}
+
+/** The command processor as a class sees it. */
+export interface ClassContext {
+  readonly core: GpuCore;
+  readonly windows: WindowCache;
+  readonly programs: ProgramCache | null;
+  error(ch: ChannelState, code: number): Step;
+  programError(ch: ChannelState, reason: number): Step;
+  postOp(flags: number, sem: { hi: number; lo: number; payload: number }): PostOp | null;
+  completeNow(ch: ChannelState, post: PostOp): Step;
+  readVa(ch: ChannelState, va: number, length: number, unit: FaultUnit): Uint8Array | null;
+  translate(ch: ChannelState, va: number, length: number, write: boolean, unit: FaultUnit): Extent[] | null;
+  startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
+           post: PostOp, cleanup: () => void): Step;
+  waitProgram(ch: ChannelState): (compileNs: number, relaunch: () => Step) => void;
+  blockOnProgram(ch: ChannelState): Step;
+}
+
+export type ClassMethod = (cp: ClassContext, ch: ChannelState, method: number, data: number) => Step;
