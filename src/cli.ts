@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { VM_MODES, Vugpu, type VmConfig, type VmMode } from './server.ts';
+import { ENGINE_BACKENDS, VM_MODES, Vugpu, type EngineBackend, type VmConfig, type VmMode } from './server.ts';
 import { logger } from './log.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -15,6 +15,7 @@ const USAGE = `usage:
               [--vram 1G] [--channels 64] [--watchdog-ms 10000] [--policy fifo|credit|band|weighted]
               [--band-yield-us 500]
               [--metrics-port PORT] [--trace FILE] [--allow-unsealed-dma]
+              [--engine auto|native|vulkan] [--vulkan-device NAME]
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
   vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image`;
@@ -57,8 +58,12 @@ async function serve(argv: string[]): Promise<number> {
       'allow-unsealed-dma': { type: 'boolean', default: false },
       'band-yield-us': { type: 'string' },
       trace: { type: 'string' },
+      engine: { type: 'string', default: 'auto' },
+      'vulkan-device': { type: 'string' },
     },
   });
+  const engine = values.engine as EngineBackend;
+  if (!ENGINE_BACKENDS.includes(engine)) throw new Error(`unknown --engine ${engine} (expected auto, native or vulkan)`);
   const mode = values.mode as VmMode;
   if (!VM_MODES.includes(mode)) throw new Error(`unknown mode ${mode}`);
   const vms: VmConfig[] = [];
@@ -74,6 +79,8 @@ async function serve(argv: string[]): Promise<number> {
     allowUnsealedDma: values['allow-unsealed-dma'],
     policyConfig: values['band-yield-us'] !== undefined ? { yieldNs: Number(values['band-yield-us']) * 1000 } : undefined,
     trace: values.trace,
+    engine,
+    vulkanDevice: values['vulkan-device'],
   });
   await new Promise<void>((resolve) => {
     const stop = (sig: string) => {

@@ -5,6 +5,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Server } from './device-model/server.ts';
 import { Engine } from './gpu/engine.ts';
+import { VulkanBackend } from './gpu/vulkan.ts';
+import type { ProgramBackend } from './gpu/programs.ts';
 import { PassthroughVgpu } from './aggregator/passthrough.ts';
 // Mediated modes (aggregator): one Aggregator shares the engine among the VMs.
 import { Aggregator } from './aggregator/aggregator.ts';
@@ -17,6 +19,12 @@ import { registerNames } from './trace/names.ts';
 
 export type VmMode = 'pt' | 'fv-naive' | 'fv' | 'pv' | 'pv-batch';
 export const VM_MODES: readonly VmMode[] = ['pt', 'fv-naive', 'fv', 'pv', 'pv-batch'];
+
+/** Which backend runs what (hw-spec §6): `native` — built-ins on the native pool, no guest
+ * programs; `vulkan` — programs and the built-ins (as SPIR-V) on the Vulkan device; `auto` —
+ * built-ins native, programs on the first suitable Vulkan device if there is one. */
+export type EngineBackend = 'auto' | 'native' | 'vulkan';
+export const ENGINE_BACKENDS: readonly EngineBackend[] = ['auto', 'native', 'vulkan'];
 
 export interface VmConfig {
   name: string;
@@ -41,6 +49,22 @@ export interface VugpuOptions {
   /** Accept DMA fds that are not sealed against shrinking (memory-backend-file guests). A
    * client that truncates such a file can crash the server: trusted clients only. */
   allowUnsealedDma?: boolean;
+  /** Engine backend (default auto). */
+  engine?: EngineBackend;
+  /** Vulkan device to use (substring of its name); default: the first suitable one. */
+  vulkanDevice?: string;
+}
+
+/** The program device for a backend choice; throws a readable error when `vulkan` cannot open. */
+export function openProgramBackend(engine: EngineBackend, vulkanDevice?: string): ProgramBackend | null {
+  if (engine === 'native') return null;
+  try {
+    return VulkanBackend.open(vulkanDevice);
+  } catch (err) {
+    if (engine === 'vulkan' || vulkanDevice) throw new Error(`--engine vulkan: ${(err as Error).message}`);
+    logger.warn({ err: (err as Error).message }, 'no Vulkan device: guest programs are disabled (PROG_VERSION 0)');
+    return null;
+  }
 }
 
 export class Vugpu {
@@ -52,10 +76,18 @@ export class Vugpu {
   readonly metrics = new MetricsRegistry();
   private metricsServer: Promise<MetricsServer> | null = null;
   readonly tracer: Tracer | null = null;
+  /** The device that runs guest programs, or null. */
+  readonly programs: ProgramBackend | null;
 
   constructor(opts: VugpuOptions) {
     if (opts.vms.length === 0) throw new Error('at least one VM socket is required');
-    this.engine = new Engine({ vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs });
+    const backend = opts.engine ?? 'auto';
+    this.programs = openProgramBackend(backend, opts.vulkanDevice);
+    this.engine = new Engine({
+      vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs,
+      programs: this.programs, builtinsOnPrograms: backend === 'vulkan',
+    });
+    this.metrics.setEngineInfo({ backend, device: this.programs?.device ?? 'none' });
     this.server = new Server(opts.allowUnsealedDma ? { limits: { dmaRequireSealed: false } } : {});
     const pt = opts.vms.filter((v) => v.mode === 'pt');
     if (pt.length > 0 && opts.vms.length > 1) {
@@ -97,6 +129,7 @@ export class Vugpu {
     this.server.close();
     this.aggregator?.close();
     this.engine.close();
+    this.programs?.close();
     this.tracer?.close();
     this.metricsServer?.then((m) => m.close(), () => {});
     logger.info('vugpu stopped');

@@ -105,14 +105,26 @@ export function formatValue(v: number): string {
   return String(v);
 }
 
+/** Which engine backend and program device this process runs (a constant info series). */
+export interface EngineInfo {
+  backend: string;
+  device: string;
+}
+
 export interface MetricsSnapshot {
   /** Milliseconds since the epoch when the snapshot was taken. */
   timestampMs: number;
+  engine?: EngineInfo;
   vms: (VmCounters & { vm: string; mode: string })[];
 }
 
 export class MetricsRegistry {
   private readonly vms = new Map<string, VmMetrics>();
+  private engine: EngineInfo | undefined;
+
+  setEngineInfo(info: EngineInfo): void {
+    this.engine = { ...info };
+  }
 
   /** Create (or return the existing) metrics object of a VM. */
   register(vm: string, mode: string): VmMetrics {
@@ -140,7 +152,7 @@ export class MetricsRegistry {
   }
 
   snapshot(): MetricsSnapshot {
-    return { timestampMs: Date.now(), vms: this.list().map((m) => ({ ...m })) };
+    return { timestampMs: Date.now(), engine: this.engine, vms: this.list().map((m) => ({ ...m })) };
   }
 
   renderJson(): string {
@@ -156,6 +168,13 @@ export class MetricsRegistry {
       `# TYPE ${METRIC_PREFIX}vms gauge`,
       `${METRIC_PREFIX}vms ${vms.length}`,
     ];
+    if (this.engine) {
+      out.push(
+        `# HELP ${METRIC_PREFIX}engine_info Engine backend and the device that runs guest programs.`,
+        `# TYPE ${METRIC_PREFIX}engine_info gauge`,
+        `${METRIC_PREFIX}engine_info{backend="${escapeLabelValue(this.engine.backend)}",device="${escapeLabelValue(this.engine.device)}"} 1`,
+      );
+    }
     for (const def of METRICS) {
       const name = METRIC_PREFIX + def.name;
       out.push(`# HELP ${name} ${escapeHelp(def.help)}`, `# TYPE ${name} ${def.type}`);

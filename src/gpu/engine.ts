@@ -41,6 +41,8 @@ export interface EngineOptions {
   programs?: ProgramBackend | null;
   /** Compiled programs kept per owner (LRU). */
   programsPerOwner?: number;
+  /** Run the built-in kernels as their SPIR-V versions on the program device (`--engine vulkan`). */
+  builtinsOnPrograms?: boolean;
 }
 
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */

@@ -1,0 +1,130 @@
+// The Vulkan program backend (hw-spec §6.3): a ProgramBackend over the addon's Vulkan device
+// (native/src/vulkan). Mesa's lavapipe on hosts without a GPU, the GPU's own driver elsewhere.
+// It only compiles and dispatches what the front end (programs.ts, compute.ts) hands it:
+// modules are checked and made stoppable by native/src/spirv inside the compile job, on a pool
+// thread, so a hostile module never reaches the driver unchecked and never blocks the JS thread.
+import { native as addon } from '../native.ts';
+import { jobPool as pool, type JobResult } from './jobs.ts';
+import { PROGRAM_ENVELOPE, type CompiledInfo, type DispatchJob, type ProgramBackend, type ProgramLimits } from './programs.ts';
+
+// TEMPORARY typed view until the addon's Vulkan functions are declared in src/native.ts.
+interface VulkanNative {
+  vulkanDevices(): unknown[];
+  vulkanOpen(o: { device?: string }): unknown;
+  programInfo(slot: number): unknown;
+  programRelease(slot: number): void;
+  vulkanClose(): void;
+}
+interface VulkanPool {
+  acquire(): void;
+  release(): void;
+  cancel(id: number): void;
+  submitProgramCompile(job: object, watchdogMs: number, done: (r: JobResult) => void): number;
+  submitDispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number;
+}
+const native = addon as unknown as VulkanNative;
+const jobPool = pool as unknown as VulkanPool;
+
+export interface VulkanDeviceSummary {
+  name: string;
+  type?: string;
+  driver?: string;
+  api?: string;
+}
+
+/** Vulkan devices the loader sees (empty when there is no loader or no device). */
+export function vulkanDevices(): VulkanDeviceSummary[] {
+  try {
+    return native.vulkanDevices() as VulkanDeviceSummary[];
+  } catch {
+    return [];
+  }
+}
+
+type Clampable = Partial<Omit<ProgramLimits, 'maxWgSize' | 'maxGrid'>> & { maxWgSize?: number[]; maxGrid?: number[] };
+
+/** A device's limits clamped to vugpu's envelope (hw-spec §3.10: never more than the bracket). */
+export function clampLimits(dev: Clampable): ProgramLimits {
+  const e = PROGRAM_ENVELOPE;
+  const min = (a: number | undefined, b: number): number => (a === undefined || !Number.isFinite(a) ? b : Math.min(a, b));
+  return {
+    maxModuleBytes: e.maxModuleBytes,
+    maxBindings: min(dev.maxBindings, e.maxBindings),
+    maxPushBytes: min(dev.maxPushBytes, e.maxPushBytes),
+    maxSpecConstants: e.maxSpecConstants,
+    maxWgInvocations: min(dev.maxWgInvocations, e.maxWgInvocations),
+    maxWgSize: [0, 1, 2].map((i) => min(dev.maxWgSize?.[i], e.maxWgSize[i]!)) as [number, number, number],
+    maxSharedBytes: min(dev.maxSharedBytes, e.maxSharedBytes),
+    maxGrid: [0, 1, 2].map((i) => min(dev.maxGrid?.[i], e.maxGrid[i]!)) as [number, number, number],
+    maxBufferBytes: min(dev.maxBufferBytes, e.maxBufferBytes),
+    // A binding's VA must satisfy the device's offset alignment: never below 16.
+    bufferAlign: Math.max(dev.bufferAlign ?? e.bufferAlign, e.bufferAlign),
+    subgroupSize: dev.subgroupSize ?? 0,
+    loopLimit: dev.loopLimit ?? 0,
+    features: dev.features ?? 0,
+  };
+}
+
+export class VulkanBackend implements ProgramBackend {
+  readonly device: string;
+  readonly driver: string;
+  readonly limits: ProgramLimits;
+  private closed = false;
+
+  private constructor(info: Record<string, unknown>) {
+    this.device = String(info.name ?? 'unknown Vulkan device');
+    this.driver = String(info.driver ?? '');
+    this.limits = clampLimits((info.limits ?? info) as Clampable);
+  }
+
+  /** Open the named device (substring match) or the first suitable one; throws a readable
+   * Error when there is none. One Vulkan device per process. */
+  static open(deviceName?: string): VulkanBackend {
+    let r: { ok: boolean; info?: Record<string, unknown>; error?: string };
+    try {
+      r = native.vulkanOpen(deviceName ? { device: deviceName } : {}) as typeof r;
+    } catch (err) {
+      throw new Error(`Vulkan is not usable: ${(err as Error).message}`);
+    }
+    if (!r.ok || !r.info) throw new Error(r.error ?? 'no Vulkan device');
+    jobPool.acquire(); // compile and dispatch jobs run on the shared pool
+    return new VulkanBackend(r.info);
+  }
+
+  compile(slot: number, words: Uint32Array, entryIndex: number, spec: Uint32Array, done: (r: JobResult) => void): number {
+    return jobPool.submitProgramCompile({ slot, words, entryIndex, spec, limits: this.nativeLimits() }, 0, done);
+  }
+
+  info(slot: number): CompiledInfo {
+    return native.programInfo(slot) as CompiledInfo;
+  }
+
+  dispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number {
+    return jobPool.submitDispatch(job, watchdogMs, done);
+  }
+
+  cancel(id: number): void {
+    jobPool.cancel(id);
+  }
+
+  release(slot: number): void {
+    native.programRelease(slot);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    native.vulkanClose();
+    jobPool.release();
+  }
+
+  /** What the SPIR-V front end checks against (program.h Limits): the guest's envelope. */
+  private nativeLimits(): Record<string, unknown> {
+    const l = this.limits;
+    return {
+      maxModuleBytes: l.maxModuleBytes, maxBindings: l.maxBindings, maxPushBytes: l.maxPushBytes,
+      maxSpecConstants: l.maxSpecConstants, maxWgInvocations: l.maxWgInvocations, maxWgSize: l.maxWgSize,
+      maxSharedBytes: l.maxSharedBytes, features: l.features, loopLimit: l.loopLimit, subgroupSize: l.subgroupSize,
+    };
+  }
+}
