@@ -23,3 +23,4 @@ if [[ ! -f build/Release/vugpu_native.node ]] || [[ -n "$(find native binding.gy
   echo "[vugpu] building native addon"
   npm run --silent build:addon >/dev/null
 fi
+bash scripts/build-spirv.sh  # built-in kernels' GPU forms and guest sample programs (incremental)
