@@ -10,6 +10,8 @@ import { CONTINUE, STOP, type PostOp, type Step, type ClassContext } from './ste
 import { jobPool } from './jobs.ts';
 import { KERNELS } from './kernels.ts';
 import { ProgramCache, type Program } from './programs.ts';
+import { builtinPlan } from './program/builtins.ts';
+import { BUILTIN_OWNER, builtinKey, builtinWords, overlapping, runPlan } from './builtin-programs.ts';
 import type { Extent } from '../native.ts';
 import {
   BUFFER_READ_ONLY, CHAN_ERR, COMPUTE, COMPUTE_MAX_BUFFERS, COMPUTE_MAX_PARAMS, LAUNCH_PROGRAM,
@@ -80,6 +82,7 @@ function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   }
 
   const write = (i: number): boolean => ((info.writes >>> i) & 1) === 1;
+  if (cp.builtinsOnPrograms) return launchBuiltinProgram(cp, ch, flags, post, params, write);
   const mapped = mapBuffers(cp, ch, info.buffers, write);
   if (!mapped) return STOP;
   const job = { kernel: k.kernel, windows: mapped.windows, lengths: mapped.lengths, params };
@@ -211,6 +214,51 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number] };
   prog.users++;
   return cp.startJob(ch, (wd, done) => cache.backend.dispatch(job, wd, done), post, () => {
+    mapped.unmap();
+    cache.unuse(prog);
+  });
+}
+
+/** A built-in kernel as its SPIR-V version (builtin-programs.ts): the same checks and results. */
+function launchBuiltinProgram(cp: ClassContext, ch: ChannelState, flags: number, post: PostOp, params: Uint8Array,
+                              write: (i: number) => boolean): Step {
+  const cache = cp.programs!;
+  const k = ch.compute;
+  const id = k.kernel;
+  const count = k.bufferCount;
+  const lengths: number[] = [];
+  const vas: number[] = [];
+  for (let i = 0; i < count; i++) {
+    lengths.push(k.buffers[4 * i + 2]!);
+    vas.push(k.buffers[4 * i]! * TWO32 + k.buffers[4 * i + 1]!);
+  }
+  const plan = builtinPlan(id, params, lengths);
+  if (!plan) return cp.error(ch, CHAN_ERR.KERNEL_ERROR); // the native kernel's -EINVAL
+  const resume = cp.waitProgram(ch);
+  let prog: Program;
+  try {
+    prog = cache.lookup(BUILTIN_OWNER, builtinKey(id), () => builtinWords(id), 0, NO_WORDS,
+      (_p, compileNs) => resume(compileNs, () => launch(cp, ch, flags)));
+  } catch (err) {
+    cp.core.log.error({ kernel: id, err: (err as Error).message }, 'built-in program unavailable');
+    return cp.error(ch, CHAN_ERR.KERNEL_ERROR);
+  }
+  if (!cache.ready(prog)) {
+    if (prog.info) {
+      cp.core.log.error({ kernel: id, reason: prog.info.reason, message: prog.info.message }, 'built-in program refused');
+      return cp.error(ch, CHAN_ERR.KERNEL_ERROR);
+    }
+    return cp.blockOnProgram(ch);
+  }
+  const mapped = mapBuffers(cp, ch, count, write);
+  if (!mapped) return STOP;
+  if (overlapping(id, mapped.windows, mapped.lengths)) {
+    mapped.unmap();
+    return cp.error(ch, CHAN_ERR.KERNEL_ERROR);
+  }
+  prog.users++;
+  const run = { cp, ch, backend: cache.backend, program: prog, plan, windows: mapped.windows, lengths: mapped.lengths, vas };
+  return cp.startJob(ch, (wd, done) => runPlan(run, wd, done), post, () => {
     mapped.unmap();
     cache.unuse(prog);
   });

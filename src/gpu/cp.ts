@@ -46,6 +46,8 @@ export class CommandProcessor implements ClassContext {
   /** Compiled guest programs per owner, on the program backend; null = no program device
    * (PROG_VERSION 0: program launches are BAD_PROGRAM/UNSUPPORTED). */
   programs: ProgramCache | null = null;
+  /** Run KERNEL_ID launches as the built-ins' SPIR-V on the program backend (--engine vulkan). */
+  builtinsOnPrograms = false;
   private ready = new Set<ChannelState>();
   private pumping = false;
   private pumpQueued = false;
@@ -356,6 +358,15 @@ export class CommandProcessor implements ClassContext {
   }
 
   // ---- helpers for the classes ----
+
+  /** Write through the channel's MMU; false after a fault (the channel stopped). */
+  writeVa(ch: ChannelState, va: number, bytes: Uint8Array, unit: FaultUnit): boolean {
+    const ext = this.translate(ch, va, bytes.length, true, unit);
+    if (!ext) return false;
+    if (writeExtents(this.core.vram, ext, bytes)) return true;
+    this.fault(ch, { reason: 5, va: va - (va % 4096), write: true }, unit);
+    return false;
+  }
 
   space(ch: ChannelState): AddressSpace {
     return { pdTarget: ch.pdTarget, pdAddr: ch.pdAddr, limit: ch.limit };

@@ -89,6 +89,7 @@ export class Engine implements GpuCore {
       ...pprogRegisters(() => this.cp.programs?.backend.limits ?? null),
     ];
     if (opts.programs) this.cp.programs = new ProgramCache(opts.programs, { perOwner: opts.programsPerOwner });
+    this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
     this.regs = new RegisterFile(tables);
     this.log.info(
       { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs, programDevice: this.programDevice },

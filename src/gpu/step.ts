@@ -28,11 +28,13 @@ export interface ClassContext {
   readonly core: GpuCore;
   readonly windows: WindowCache;
   readonly programs: ProgramCache | null;
+  readonly builtinsOnPrograms: boolean;
   error(ch: ChannelState, code: number): Step;
   programError(ch: ChannelState, reason: number): Step;
   postOp(flags: number, sem: { hi: number; lo: number; payload: number }): PostOp | null;
   completeNow(ch: ChannelState, post: PostOp): Step;
   readVa(ch: ChannelState, va: number, length: number, unit: FaultUnit): Uint8Array | null;
+  writeVa(ch: ChannelState, va: number, bytes: Uint8Array, unit: FaultUnit): boolean;
   translate(ch: ChannelState, va: number, length: number, write: boolean, unit: FaultUnit): Extent[] | null;
   startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
            post: PostOp, cleanup: () => void): Step;
