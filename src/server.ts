@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Server } from './device-model/server.ts';
+import type { PciDevice } from './device-model/device.ts';
 import { Engine } from './gpu/engine.ts';
 import { VulkanBackend } from './gpu/vulkan.ts';
 import type { ProgramBackend } from './gpu/programs.ts';
@@ -55,6 +56,20 @@ export interface VugpuOptions {
   vulkanDevice?: string;
 }
 
+/**
+ * A restart's adoption plan (src/persist/state.ts makes it from a checkpoint and the adopted
+ * fds): what the constructor takes over instead of creating. The state itself is loaded into
+ * the constructed objects afterwards (restoreInto).
+ */
+export interface VugpuAdopt {
+  /** The VRAM memfd (its contents are the VRAM, shadow tables included). */
+  vramFd: number;
+  /** Each mediated VM's bus index and slice base. */
+  vms: Record<string, { index: number; base: number }>;
+  /** Serve a VM's device on an adopted socket instead of listening anew (the fd keeper's part). */
+  listen?: (vm: VmConfig, device: PciDevice, server: Server) => void;
+}
+
 /** The program device for a backend choice; throws a readable error when `vulkan` cannot open. */
 export function openProgramBackend(engine: EngineBackend, vulkanDevice?: string): ProgramBackend | null {
   if (engine === 'native') return null;
@@ -78,13 +93,16 @@ export class Vugpu {
   readonly tracer: Tracer | null = null;
   /** The device that runs guest programs, or null. */
   readonly programs: ProgramBackend | null;
+  /** What it was started with (a checkpoint records the VMs). */
+  readonly options: VugpuOptions;
 
-  constructor(opts: VugpuOptions) {
+  constructor(opts: VugpuOptions, adopt?: VugpuAdopt) {
+    this.options = opts;
     if (opts.vms.length === 0) throw new Error('at least one VM socket is required');
     const backend = opts.engine ?? 'auto';
     this.programs = openProgramBackend(backend, opts.vulkanDevice);
     this.engine = new Engine({
-      vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs,
+      vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs, vramFd: adopt?.vramFd,
       programs: this.programs, builtinsOnPrograms: backend === 'vulkan',
     });
     this.metrics.setEngineInfo({ backend, device: this.programs?.device ?? 'none' });
@@ -103,7 +121,9 @@ export class Vugpu {
     }
     const mediated = opts.vms.filter((v) => v.mode !== 'pt');
     if (mediated.length > 0) {
-      this.aggregator = new Aggregator({ engine: this.engine, policy: opts.policy, policyConfig: opts.policyConfig, metrics: this.metrics });
+      this.aggregator = new Aggregator({
+        engine: this.engine, policy: opts.policy, policyConfig: opts.policyConfig, metrics: this.metrics, adopt: adopt !== undefined,
+      });
     }
     for (const vm of opts.vms) {
       fs.mkdirSync(path.dirname(vm.socket), { recursive: true });
@@ -113,9 +133,12 @@ export class Vugpu {
       } else {
         const agg = this.aggregator!;
         const slice = vm.slice ?? defaultSlice(agg.slices.size, mediated.length);
-        vgpu = new MediatedVgpu(agg, { name: vm.name, mode: vm.mode, slice, weight: vm.weight }, this.tracer ?? undefined);
+        const at = adopt?.vms[vm.name];
+        if (adopt && !at) throw new Error(`VM ${vm.name} is not in the checkpoint`);
+        vgpu = new MediatedVgpu(agg, { name: vm.name, mode: vm.mode, slice, weight: vm.weight, at }, this.tracer ?? undefined);
       }
-      this.server.listen(vm.socket, vgpu.device);
+      if (adopt?.listen) adopt.listen(vm, vgpu.device, this.server);
+      else this.server.listen(vm.socket, vgpu.device);
       this.vms.set(vm.name, vgpu);
     }
     if (opts.metricsPort !== undefined) {

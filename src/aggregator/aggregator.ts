@@ -45,6 +45,9 @@ export interface AggregatorOptions {
   /** Per-VM counters are registered here (and exported by its server). */
   metrics?: MetricsRegistry;
   log?: Logger;
+  /** Restart: the engine and VRAM carry a checkpointed aggregator's state (persist.ts loads
+   * it next), so the constructor leaves engine registers and host VRAM alone. */
+  adopt?: boolean;
 }
 
 export interface AttachOptions {
@@ -56,6 +59,9 @@ export interface AttachOptions {
   weight?: number;
   /** Virtual channels (PFIFO_CHAN_COUNT the guest sees); default: the engine's count. */
   channels?: number;
+  /** Restart: the VM's bus index and slice base from a checkpoint (nothing is allocated or
+   * scrubbed; persist.ts restores the allocators and checks them). */
+  at?: { index: number; base: number };
 }
 
 /** Optional observer of scheduling events (bench/fairness.ts): times are `now()` ns. */
@@ -67,7 +73,7 @@ export interface DeviceObserver {
 }
 
 /** The submission on the device. */
-interface Submission {
+export interface Submission {
   vm: Vgpu | null;
   vmId: string;
   pchid: number;
@@ -85,25 +91,29 @@ export class Aggregator implements VgpuHost {
   readonly dispatcher: Dispatcher<NodeJS.Timeout>;
   readonly log: Logger;
   readonly channels: number;
-  private readonly vms = new Map<string, Vgpu>();
-  private readonly byIndex: (Vgpu | null)[] = [];
+  // State (saved by persist.ts): plain fields, not private.
+  readonly vms = new Map<string, Vgpu>();
+  readonly byIndex: (Vgpu | null)[] = [];
   /** Physical chid → owning VM and its virtual chid. */
-  private readonly owner: (Vgpu | null)[];
-  private readonly ownerVchid: Int16Array;
+  readonly owner: (Vgpu | null)[];
+  readonly ownerVchid: Int16Array;
   /** Physical channels each VM holds. */
-  private readonly held = new Map<Vgpu, number>();
-  private readonly shadowInst: number[];
-  private readonly runlistPages: [number, number];
-  private runlistFlip = 0;
-  private lastRunlist = '';
-  private readonly onRunlist: Uint8Array;
+  readonly held = new Map<Vgpu, number>();
+  readonly shadowInst: number[];
+  readonly runlistPages: [number, number];
+  runlistFlip = 0;
+  lastRunlist = '';
+  readonly onRunlist: Uint8Array;
   /** Physical STATE.ENABLE as this file set it (the dispatcher's gate). */
-  private readonly open: Uint8Array;
-  private running: Submission | null = null;
+  readonly open: Uint8Array;
+  running: Submission | null = null;
+  /** Completions handed to the scheduler on the next microtask (see finish()). */
+  readonly completions: { vmId: string; deviceNs: number }[] = [];
   private readonly stallCheckMs: number;
   private readonly quarantineMs: number;
   private readonly metrics: MetricsRegistry | null;
-  private readonly t0 = process.hrtime.bigint();
+  /** Scheduler clock origin (hrtime ns); a restart keeps it so that policy times continue. */
+  t0 = process.hrtime.bigint();
   private closed = false;
   /** Set by whoever wants per-submission timing (off the hot path when null). */
   observer: DeviceObserver | null = null;
@@ -127,11 +137,12 @@ export class Aggregator implements VgpuHost {
     this.ownerVchid = new Int16Array(this.channels).fill(-1);
     this.onRunlist = new Uint8Array(this.channels);
     this.open = new Uint8Array(this.channels);
-    for (let c = 0; c < this.channels; c++) engine.mmioWrite(PFIFO_CHAN_STATE + 8 * c, 4, 0);
+    if (!opts.adopt) for (let c = 0; c < this.channels; c++) engine.mmioWrite(PFIFO_CHAN_STATE + 8 * c, 4, 0);
     // Fixed host structures: one shadow instance block per physical channel, two runlist pages.
     this.shadowInst = [];
-    for (let c = 0; c < this.channels; c++) this.shadowInst.push(this.hostAlloc(INST_SIZE));
-    this.runlistPages = [this.hostAlloc(4096), this.hostAlloc(4096)];
+    const zero = !opts.adopt;
+    for (let c = 0; c < this.channels; c++) this.shadowInst.push(this.hostAlloc(INST_SIZE, zero));
+    this.runlistPages = [this.hostAlloc(4096, zero), this.hostAlloc(4096, zero)];
 
     engine.bus = this.bus;
     engine.onInterrupt = () => {}; // physical vectors are not used: events carry the chid
@@ -200,10 +211,10 @@ export class Aggregator implements VgpuHost {
     if (!Number.isInteger(channels) || channels < 1 || channels > this.channels) {
       throw new RangeError(`VM ${o.name}: channels must be 1–${this.channels}`);
     }
-    let index = this.byIndex.indexOf(null);
+    let index = o.at ? o.at.index : this.byIndex.indexOf(null);
     if (index < 0) index = this.byIndex.length;
-    if (index >= MAX_BUS_VMS) throw new Error('too many VMs');
-    const base = this.slices.alloc(o.slice, MIB);
+    if (index >= MAX_BUS_VMS || (o.at && this.byIndex[index])) throw new Error(o.at ? `VM ${o.name}: bus index ${index} is taken` : 'too many VMs');
+    const base = o.at ? o.at.base : this.slices.alloc(o.slice, MIB);
     if (base === null) {
       throw new Error(`VM ${o.name}: no room for a ${o.slice / MIB} MiB VRAM slice (largest free: ${this.slices.largestFree / MIB} MiB)`);
     }
@@ -212,7 +223,7 @@ export class Aggregator implements VgpuHost {
       weight: o.weight ?? 1, log: withWarnBudget(this.log.child({ vm: o.name })), // a guest decides how often its vGPU warns
       counters: newCounters(this.metrics?.register(o.name, o.mode)),
     });
-    vm.scrub();
+    if (!o.at) vm.scrub();
     this.policy.addVm(o.name, { weight: vm.weight }, this.now());
     this.byIndex[index] = vm;
     this.vms.set(o.name, vm);
@@ -399,7 +410,7 @@ export class Aggregator implements VgpuHost {
   }
 
   /** Finish a submission that cannot make progress now; else look again later. */
-  private check(sub: Submission): void {
+  check(sub: Submission): void {
     if (sub.done) return;
     const st = this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * sub.pchid, 4);
     if ((st & STATE_ACQUIRE_WAIT) !== 0 && this.owner[sub.pchid] === sub.vm) {
@@ -420,7 +431,7 @@ export class Aggregator implements VgpuHost {
     sub.checkMs = Math.min(sub.checkMs * 2, 100);
   }
 
-  private finish(sub: Submission, deviceNs: number, keepOpen = false): void {
+  finish(sub: Submission, deviceNs: number, keepOpen = false): void {
     if (sub.done) return;
     sub.done = true;
     if (sub.timer) clearTimeout(sub.timer);
@@ -429,15 +440,22 @@ export class Aggregator implements VgpuHost {
     this.observer?.submission?.(sub.vmId, sub.startNs, this.now(), deviceNs);
     if (!keepOpen && sub.pchid >= 0 && this.owner[sub.pchid] === sub.vm) this.closeChannel(sub.pchid);
     // Deferred: completions often arrive inside the engine's own processing, and the next
-    // dispatch must not write a doorbell from within it.
-    queueMicrotask(() => {
-      try {
-        this.dispatcher.complete(sub.vmId, deviceNs);
-      } catch (err) {
-        this.log.error({ err, vm: sub.vmId }, 'scheduler completion failed');
-      }
-    });
+    // dispatch must not write a doorbell from within it. Queued as data, so that a checkpoint
+    // taken before the microtask runs still carries it.
+    this.completions.push({ vmId: sub.vmId, deviceNs });
+    queueMicrotask(this.completeNext);
   }
+
+  /** Hand the oldest queued completion to the scheduler (one per microtask, in order). */
+  readonly completeNext = (): void => {
+    const c = this.completions.shift();
+    if (!c) return;
+    try {
+      this.dispatcher.complete(c.vmId, c.deviceNs);
+    } catch (err) {
+      this.log.error({ err, vm: c.vmId }, 'scheduler completion failed');
+    }
+  };
 
   // ---- engine events ----
 
@@ -457,10 +475,10 @@ export class Aggregator implements VgpuHost {
     if (vm) vm.fault(f, this.ownerVchid[f.chid]!);
   }
 
-  private hostAlloc(size: number): number {
+  private hostAlloc(size: number, zero: boolean): number {
     const a = this.hostArea.alloc(size, 4096);
     if (a === null) throw new Error('host-reserved VRAM too small for the fixed host structures');
-    this.engine.vram.u8.fill(0, a, a + size);
+    if (zero) this.engine.vram.u8.fill(0, a, a + size);
     return a;
   }
 }

@@ -111,7 +111,8 @@ export class Vgpu {
   readonly log: Logger;
   private readonly host: VgpuHost;
   private readonly engine: Engine;
-  private readonly irq: Interrupts;
+  /** The VM's interrupt logic (its counters are state: persist.ts). */
+  readonly irq: Interrupts;
   /** Mediation events go here when set (vugpu serve --trace). */
   observer: VgpuObserver | null = null;
   private guestMem: GuestMemory | null = null;

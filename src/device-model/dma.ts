@@ -88,7 +88,24 @@ interface FileRef {
   key: string;
   fd: number;
   refs: number;
+  /** Stable name of the file for a checkpoint (the fd number changes across a restart). */
+  id: number;
 }
+
+/** A map as a checkpoint records it: its description and its file's id (0: no fd). */
+export interface DmaMapRecord extends DmaMappingInfo {
+  file: number;
+}
+
+/** The whole table as plain data (src/device-model/persist.ts); the fds are named by id. */
+export interface DmaTableRecord {
+  maps: DmaMapRecord[];
+  nextFileId: number;
+  limits: DmaLimits;
+}
+
+/** Told when the table starts or stops holding a file (an fd keeper mirrors the fds). */
+export type DmaFileHook = (event: 'open' | 'close', id: number, fd: number) => void;
 
 export class DmaTable {
   private readonly maps: Mapping[] = []; // sorted by addr, non-overlapping
@@ -96,6 +113,9 @@ export class DmaTable {
   private readonly fileOf = new Map<number, FileRef>(); // by fd
   private limits: DmaLimits;
   private bytes = 0;
+  private nextFileId = 1;
+  /** Called when a file is first held and when it is closed; errors are the hook's problem. */
+  fileHook: DmaFileHook | null = null;
   private readonly onMapped?: (m: DmaMappingInfo) => void;
   private readonly onUnmapped?: (m: DmaMappingInfo) => void;
 
@@ -179,9 +199,10 @@ export class DmaTable {
         return Errno.EINVAL; // not mappable (beyond EOF, permissions, ...)
       }
       if (file === null) {
-        file = { key, fd: req.fd, refs: 0 };
+        file = { key, fd: req.fd, refs: 0, id: this.nextFileId++ };
         this.files.set(key, file);
         this.fileOf.set(req.fd, file);
+        this.fileHook?.('open', file.id, file.fd);
       } else {
         native.close(req.fd); // the file is already open: keep one fd per file
       }
@@ -278,6 +299,73 @@ export class DmaTable {
     return this.maps.map(info);
   }
 
+  /** The table as a checkpoint holds it (fds by file id). */
+  record(): DmaTableRecord {
+    return {
+      maps: this.maps.map((m) => ({ ...info(m), file: m.fd >= 0 ? this.fileOf.get(m.fd)!.id : 0 })),
+      nextFileId: this.nextFileId,
+      limits: { ...this.limits },
+    };
+  }
+
+  /** The files the table holds: id and fd. */
+  fileIds(): { id: number; fd: number }[] {
+    return [...this.files.values()].map((f) => ({ id: f.id, fd: f.fd }));
+  }
+
+  /**
+   * Rebuild an empty table from a record (a restart): fdOf(id) gives each file's adopted fd,
+   * which the table owns from then on, and every map is mmapped again. The maps were accepted
+   * once, so only what an fd must be (a regular file that can be mapped) is checked again. On
+   * any error the table is left empty, no fd is closed, and the error is thrown.
+   */
+  load(r: DmaTableRecord, fdOf: (id: number) => number): void {
+    if (this.maps.length > 0 || this.files.size > 0) throw new Error('DMA table: load into a table that has maps');
+    const byId = new Map<number, FileRef>();
+    try {
+      for (const m of r.maps) {
+        if (!Number.isSafeInteger(m.addr) || !Number.isSafeInteger(m.size) || m.size <= 0 || !Number.isSafeInteger(m.offset)) {
+          throw new Error(`DMA map record ${hex(m.addr)}+${m.size} is malformed`);
+        }
+        const prev = this.maps[this.maps.length - 1];
+        if (prev && prev.addr + prev.size > m.addr) throw new Error(`DMA map records overlap or are unsorted at ${hex(m.addr)}`);
+        let file: FileRef | null = null;
+        let ab: ArrayBuffer | null = null;
+        let delta = 0;
+        if (m.file !== 0) {
+          file = byId.get(m.file) ?? null;
+          if (file === null) {
+            const fd = fdOf(m.file);
+            const key = fileKey(fd);
+            if (key === null) throw new Error(`DMA file ${m.file}: fd ${fd} is not a regular file`);
+            file = { key, fd, refs: 0, id: m.file };
+            byId.set(m.file, file);
+          }
+          const base = m.offset - (m.offset % PAGE);
+          delta = m.offset - base;
+          ab = native.mmap(file.fd, Math.ceil((delta + m.size) / PAGE) * PAGE, base, !m.writable);
+          file.refs++;
+        }
+        this.maps.push({
+          addr: m.addr, size: m.size, offset: m.offset, readable: m.readable, writable: m.writable,
+          hasFd: file !== null, fd: file?.fd ?? -1, ab, delta,
+        });
+        this.bytes += m.size;
+      }
+    } catch (err) {
+      for (const m of this.maps) if (m.ab) native.munmap(m.ab);
+      this.maps.length = 0;
+      this.bytes = 0;
+      throw err;
+    }
+    for (const f of byId.values()) {
+      this.files.set(f.key, f);
+      this.fileOf.set(f.fd, f);
+    }
+    this.nextFileId = Math.max(r.nextFileId, ...[...byId.keys()].map((id) => id + 1));
+    this.limits = { ...this.limits, ...r.limits };
+  }
+
   private copy(gpa: number, buf: Uint8Array, write: boolean): DmaFault | null {
     let done = 0;
     while (done < buf.length) {
@@ -304,6 +392,7 @@ export class DmaTable {
     if (file !== undefined && --file.refs === 0) {
       this.files.delete(file.key);
       this.fileOf.delete(file.fd);
+      this.fileHook?.('close', file.id, file.fd);
       native.forgetFd(file.fd); // the copy engine may cache a mapping of this file
       native.close(file.fd);
     }

@@ -40,6 +40,22 @@ export interface IrqState {
   pending: number[]; // MSI-X vectors with the PBA bit set
 }
 
+/** The interrupt state as a checkpoint holds it (src/device-model/persist.ts): which slots
+ * hold an eventfd (the fds themselves travel by name), masks, MSI-X table, PBA, counters. */
+export interface IrqRecord {
+  /** Per IRQ index, per vector: an eventfd is registered. */
+  eventfds: boolean[][];
+  masked: number[][];
+  pba: Uint8Array;
+  msixTable: Uint8Array;
+  msixEnabled: boolean;
+  msixFunctionMasked: boolean;
+  stats: VectorStats[];
+}
+
+/** Told when an eventfd slot changes (fd −1: emptied), so an fd keeper can mirror it. */
+export type IrqFdHook = (index: number, vector: number, fd: number) => void;
+
 const CAN_CHECK_FD_TYPE = existsSync('/proc/self/fd');
 
 /**
@@ -87,6 +103,8 @@ export class IrqController {
   private msixFunctionMasked = false;
   readonly stats: VectorStats[];
   private readonly deviceName: string;
+  /** Called whenever an eventfd slot is set or emptied. */
+  fdHook: IrqFdHook | null = null;
 
   constructor(counts: number[], deviceName = 'device') {
     if (counts.length !== NUM_IRQS) throw new RangeError(`need ${NUM_IRQS} irq counts`);
@@ -154,6 +172,7 @@ export class IrqController {
         const old = v[start + i]!;
         if (old >= 0) native.close(old);
         v[start + i] = fds[i]!;
+        this.fdHook?.(index, start + i, fds[i]!);
         fds[i] = -1; // now ours
       }
       if (index === IrqIndex.MSIX) this.flushPending();
@@ -239,9 +258,55 @@ export class IrqController {
   private disable(index: number, start: number, count: number): void {
     const v = this.fds[index]!;
     for (let i = start; i < start + count; i++) {
-      if (v[i]! >= 0) native.close(v[i]!);
+      if (v[i]! >= 0) {
+        native.close(v[i]!);
+        this.fdHook?.(index, i, -1);
+      }
       v[i] = -1;
     }
+  }
+
+  /** The state as a checkpoint holds it (copies). */
+  record(): IrqRecord {
+    return {
+      eventfds: this.fds.map((a) => Array.from(a, (fd) => fd >= 0)),
+      masked: this.masked.map((m) => Array.from(m)),
+      pba: this.pba.slice(),
+      msixTable: this.msixTable.slice(),
+      msixEnabled: this.msixEnabled,
+      msixFunctionMasked: this.msixFunctionMasked,
+      stats: this.stats.map((st) => ({ ...st })),
+    };
+  }
+
+  /**
+   * Load a record into this controller (a restart). fdOf(index, vector) gives the adopted
+   * eventfd of each slot the record marks; the controller owns it from then on (it is made
+   * non-blocking again). Nothing is delivered: pending bits stay pending, as they were. The
+   * record's shape is checked first; on an error nothing has changed.
+   */
+  load(r: IrqRecord, fdOf: (index: number, vector: number) => number): void {
+    const same = (a: ArrayLike<unknown>[], what: string) => {
+      if (a.length !== this.counts.length || a.some((x, i) => x.length !== this.counts[i])) throw new Error(`IRQ record: ${what} does not match the vector counts`);
+    };
+    same(r.eventfds, 'eventfds');
+    same(r.masked, 'masks');
+    if (r.pba.length !== this.pba.length || r.msixTable.length !== this.msixTable.length || r.stats.length !== this.stats.length) {
+      throw new Error('IRQ record: MSI-X sizes do not match');
+    }
+    const fds = r.eventfds.map((row, index) => row.map((has, v) => (has ? fdOf(index, v) : -1)));
+    for (const row of fds) for (const fd of row) if (fd >= 0 && !adoptEventfd(fd)) throw new Error(`IRQ record: fd ${fd} is not an eventfd`);
+    this.closeAll();
+    fds.forEach((row, index) => row.forEach((fd, v) => {
+      this.fds[index]![v] = fd;
+      if (fd >= 0) this.fdHook?.(index, v, fd);
+    }));
+    r.masked.forEach((row, index) => this.masked[index]!.set(row.map((x) => (x ? 1 : 0))));
+    this.pba.set(r.pba);
+    this.msixTable.set(r.msixTable);
+    this.msixEnabled = r.msixEnabled;
+    this.msixFunctionMasked = r.msixFunctionMasked;
+    r.stats.forEach((st, v) => Object.assign(this.stats[v]!, st));
   }
 
   private setPending(vector: number): void {

@@ -1,5 +1,6 @@
 // VRAM: one memfd (shared with BAR1 sparse mmaps and native jobs) plus a CPU mapping for the
 // engine's own small accesses (instance blocks, page tables, semaphores, PRAMIN, PDIAG).
+import { fstatSync } from 'node:fs';
 import { native } from '../native.ts';
 
 export class Vram {
@@ -9,12 +10,21 @@ export class Vram {
   readonly dv: DataView;
   private buf: ArrayBuffer | null;
 
-  constructor(size: number, name = 'vugpu-vram') {
+  /** adoptFd: an existing VRAM memfd (a restart adopts it from the fd keeper; its contents,
+   * shadow tables included, are the VRAM); the Vram owns it from then on. */
+  constructor(size: number, name = 'vugpu-vram', adoptFd?: number) {
     if (!Number.isSafeInteger(size) || size <= 0 || size % (1 << 20) !== 0) {
       throw new RangeError(`VRAM size must be a positive multiple of 1 MiB, got ${size}`);
     }
-    const fd = native.memfdCreate(name, size);
-    if (fd < 0) throw new Error(`memfd_create(${name}) failed: errno ${-fd}`);
+    let fd: number;
+    if (adoptFd !== undefined) {
+      const have = fstatSync(adoptFd).size;
+      if (have < size) throw new RangeError(`adopted VRAM fd ${adoptFd} holds ${have} bytes, need ${size}`);
+      fd = adoptFd;
+    } else {
+      fd = native.memfdCreate(name, size);
+      if (fd < 0) throw new Error(`memfd_create(${name}) failed: errno ${-fd}`);
+    }
     this.fd = fd;
     this.size = size;
     this.buf = native.mmap(fd, size, 0);
