@@ -27,8 +27,9 @@ export const VRAM_FD = 'vram';
 export interface VugpuState {
   version: number;
   kind: 'vugpu-state';
-  /** The VMs as configured (name, mode, socket): a restart must be started with the same. */
-  vms: { name: string; mode: VmMode; socket: string }[];
+  /** The VMs being served (their configurations, VMs added at run time included): a restart
+   * is started with the same (checkpointVms). */
+  vms: (VmConfig & { mode: VmMode })[];
   engine: EngineState;
   aggregator: AggregatorState | null;
   devices: Record<string, DeviceState>;
@@ -50,11 +51,24 @@ export interface SaveAllOptions {
   endpoint?: (vm: VmConfig) => Endpoint | null;
 }
 
+/** The VMs a Vugpu serves now: its start-up list, or the live set where VMs can be added and
+ * removed at run time (Vugpu.vmConfigs). */
+function currentVms(v: Vugpu): VmConfig[] {
+  const live = (v as { vmConfigs?: ReadonlyMap<string, VmConfig> }).vmConfigs;
+  return live ? [...live.values()] : v.options.vms;
+}
+
+/** The VM configurations recorded in a checkpoint (to start a restart with the same VMs). */
+export function checkpointVms(raw: unknown): VmConfig[] {
+  return checkState(raw).vms.map((vm) => ({ ...vm }));
+}
+
 export function saveAll(v: Vugpu, o: SaveAllOptions = {}): VugpuState {
   const devices: Record<string, DeviceState> = {};
   const endpoints: Record<string, EndpointState | null> = {};
   const ptCounters: Record<string, Record<string, number>> = {};
-  for (const vm of v.options.vms) {
+  const vms = currentVms(v).filter((vm) => v.vms.has(vm.name));
+  for (const vm of vms) {
     const dev = v.vms.get(vm.name)!.device;
     devices[vm.name] = saveDevice(dev);
     const ep = o.endpoint ? o.endpoint(vm) : v.server.listener(vm.socket)?.endpoint ?? null;
@@ -64,7 +78,7 @@ export function saveAll(v: Vugpu, o: SaveAllOptions = {}): VugpuState {
   return {
     version: VUGPU_STATE_VERSION,
     kind: 'vugpu-state',
-    vms: v.options.vms.map((vm) => ({ name: vm.name, mode: vm.mode, socket: vm.socket })),
+    vms: vms.map((vm) => ({ ...vm })),
     engine: saveEngine(v.engine),
     aggregator: v.aggregator ? saveAggregator(v.aggregator) : null,
     devices,
@@ -77,7 +91,7 @@ export function saveAll(v: Vugpu, o: SaveAllOptions = {}): VugpuState {
 export function checkState(raw: unknown): VugpuState {
   const s = section<VugpuState>('vugpu', raw, VUGPU_STATE_VERSION);
   need(s.kind === 'vugpu-state', `not a vugpu state (kind ${String(s.kind)})`);
-  need(Array.isArray(s.vms) && s.vms.every((vm) => vm && typeof vm.name === 'string' && typeof vm.mode === 'string'), 'vugpu state: vms');
+  need(Array.isArray(s.vms) && s.vms.every((vm) => vm && typeof vm.name === 'string' && typeof vm.mode === 'string' && typeof vm.socket === 'string'), 'vugpu state: vms');
   need(s.devices && typeof s.devices === 'object' && s.vms.every((vm) => s.devices[vm.name]), 'vugpu state: a VM without its device');
   need((s.aggregator === null) === s.vms.every((vm) => vm.mode === 'pt'), 'vugpu state: aggregator');
   return s;

@@ -12,7 +12,6 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { Vugpu, type VmConfig, type VugpuOptions } from '../../src/server.ts';
 import type { MediatedVgpu } from '../../src/aggregator/mediated.ts';
-import type { Vgpu } from '../../src/aggregator/vgpu.ts';
 import type { Engine } from '../../src/gpu/engine.ts';
 import { HostDriver, type GpuVm, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
 import { K } from '../../src/gpu/kernels.ts';
@@ -51,7 +50,8 @@ interface G {
   drv: HostDriver;
   gvm: GpuVm;
   ch: HostChannel;
-  vgpu: () => Vgpu;
+  /** Where BAR0 goes: the vGPU's register view, or the engine itself in pt. */
+  bar0: () => { mmioRead(o: number, s: number): number | bigint; mmioWrite(o: number, s: number, v: number | bigint): void };
   pv: PvClient | null;
 }
 
@@ -101,7 +101,7 @@ async function connectGuest(w: World, vm: VmConfig): Promise<G> {
   native.close(bar1Info.fd);
   const dv = new DataView(bar1.buffer);
   const g = { name: vm.name, client } as G;
-  g.vgpu = () => (w.v.vms.get(vm.name) as MediatedVgpu).vgpu;
+  g.bar0 = () => (vm.mode === 'pt' ? w.v.engine : (w.v.vms.get(vm.name) as MediatedVgpu).vgpu);
   let sink: (v: number) => void = () => {};
   const facade = {
     vram: {
@@ -111,8 +111,8 @@ async function connectGuest(w: World, vm: VmConfig): Promise<G> {
       write32: (a: number, v: number) => dv.setUint32(a, v >>> 0, true),
     },
     // BAR0 straight into the vGPU (a REGION_READ/WRITE would reach the same handler).
-    mmioRead: (off: number, sz: number) => g.vgpu().mmioRead(off, sz),
-    mmioWrite: (off: number, sz: number, v: number | bigint) => g.vgpu().mmioWrite(off, sz, v),
+    mmioRead: (off: number, sz: number) => g.bar0().mmioRead(off, sz),
+    mmioWrite: (off: number, sz: number, v: number | bigint) => g.bar0().mmioWrite(off, sz, v),
     set onInterrupt(f: (v: number) => void) {
       sink = f;
     },
@@ -141,9 +141,9 @@ async function connectGuest(w: World, vm: VmConfig): Promise<G> {
   return g;
 }
 
-async function world(): Promise<World> {
+async function world(pt = false): Promise<World> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vugpu-persist-'));
-  const opts = options(dir);
+  const opts = pt ? { vms: [{ name: 't', mode: 'pt' as const, socket: path.join(dir, 't.sock') }], vramSize: 64 << 20, channels: 8, engine: 'native' as const } : options(dir);
   const v = new Vugpu(opts);
   const box = new FdBox();
   mirror(v, box);
@@ -207,13 +207,16 @@ async function act(w: World, x: Built) {
 /** Make a Vugpu inert as a killed process is (nothing it owns may act again), without the
  * detach/reset a clean close would do (those scrub slices in the shared VRAM). */
 async function kill(v: Vugpu): Promise<void> {
-  const agg = v.aggregator!;
-  agg.resetVm = () => {};
-  agg.dispatcher.close();
-  agg.dispatcher.kick = () => {};
-  agg.completions.length = 0;
-  if (agg.running?.timer) clearTimeout(agg.running.timer);
-  agg.running = null;
+  const agg = v.aggregator;
+  if (agg) {
+    agg.resetVm = () => {};
+    agg.dispatcher.close();
+    agg.dispatcher.kick = () => {};
+    agg.completions.length = 0;
+    if (agg.running?.timer) clearTimeout(agg.running.timer);
+    agg.running = null;
+  }
+  v.engine.reset = () => {}; // pt: the device reset a lost connection triggers
   v.engine.listener = {};
   v.engine.onInterrupt = () => {};
   v.engine.fifo.reset();
@@ -259,7 +262,7 @@ async function restart(w: World, state: VugpuState): Promise<VugpuState> {
 const stable = (s: VugpuState) => ({
   ...s,
   engine: { ...s.engine, ptimer: s.engine.ptimer.originNs },
-  aggregator: { ...s.aggregator!, clock: s.aggregator!.clock.originNs },
+  aggregator: s.aggregator && { ...s.aggregator, clock: s.aggregator.clock.originNs },
 });
 
 describe('vugpu state (saveAll / restoreAll)', () => {
@@ -282,6 +285,46 @@ describe('vugpu state (saveAll / restoreAll)', () => {
     expect(r1.mark).toBe(5);
     expect(r1.scratch).toBe(0x5eed);
     expect(r1.errs).toEqual([0, 0]);
+  });
+
+  it('restarts a pt server (the guest drives the engine itself) and carries on bit-identically', async () => {
+    const run = async (w: World, restartAt: boolean) => {
+      const g = w.guests[0]!;
+      const r = rng(11);
+      const [a, b, c] = [0, 1, 2].map(() => g.drv.vramBuffer(g.gvm, 4 * N * N));
+      for (const x of [a!, b!]) for (let i = 0; i < x.u8.length; i++) x.u8[i] = (r() * 256) | 0;
+      await g.ch.launch(K.MADD, [ref(a!), ref(b!), ref(c!)], params(['u32', N]));
+      const g2 = g.drv.createChannel(g.gvm);
+      await g2.idle();
+      const gate = g.drv.vramBuffer(g.gvm, 4096);
+      const out = g.drv.vramBuffer(g.gvm, 4 * N * N);
+      g2.submit(new Pushbuffer().semaphoreAcquire(gate.va, 1).words());
+      const gated = g2.launch(K.MADD, [ref(c!), ref(a!), ref(out)], params(['u32', N]));
+      await g.client.write32(0, S.DIAG_SCRATCH0 + 4, 0xabc); // through the socket (counted)
+      await new Promise((res) => setTimeout(res, 5));
+      let states: [VugpuState, VugpuState] | null = null;
+      if (restartAt) {
+        const first = json(saveAll(w.v));
+        states = [first, await restart(w, first)];
+      }
+      gate.u8[0] = 1;
+      await gated;
+      await g.ch.launch(K.MADD, [ref(out), ref(b!), ref(c!)], params(['u32', N]));
+      return {
+        states,
+        res: { out: b64(out.u8), c: b64(c!.u8), scratch: await g.client.read32(0, S.DIAG_SCRATCH0 + 4), errs: g.drv.rd(S.PFIFO_CHAN_ERR + 8 * g2.chid) },
+      };
+    };
+    const w1 = await world(true);
+    const w2 = await world(true);
+    const r1 = await run(w1, true);
+    const r2 = await run(w2, false);
+    const [first, second] = r1.states!;
+    expect(first.aggregator).toBeNull();
+    expect(first.ptCounters.t!.mmioWrites).toBeGreaterThan(0);
+    expect(stable(second)).toEqual(stable(first));
+    expect(r1.res).toEqual(r2.res);
+    expect(r1.res.scratch).toBe(0xabc);
   });
 
   it('a checkpoint it cannot use is a clear error that leaves the VRAM and the fds alone', async () => {
