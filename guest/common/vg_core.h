@@ -120,6 +120,7 @@ struct vg_ctx {
 	u64 irq_armed_seq;    /* an interrupt is due once every fence up to this one has passed */
 	/* error state: written by vg_irq under the platform lock */
 	u32 err_code, err_info;
+	u32 err_reason;       /* PFIFO_CHAN_ERR_REASON when err_code is BAD_PROGRAM */
 	u64 fault_va;
 	u32 fault_info;
 	bool fault_valid;
@@ -148,6 +149,7 @@ struct vg_dev {
 	u32 boot0;
 	u64 vram_size;
 	u32 chan_count;
+	struct vugpu_prog_info prog;     /* PPROG limits (hw-spec §3.10), read once at probe */
 	int pv_mode;                     /* enum vg_pv_mode in use */
 	const struct vg_vm_ops *vm_ops;
 
@@ -165,6 +167,7 @@ struct vg_dev {
 int vg_dev_init(struct vg_dev *d);
 void vg_dev_fini(struct vg_dev *d);
 void vg_dev_info(struct vg_dev *d, struct vugpu_info *out);
+void vg_dev_prog_info(struct vg_dev *d, struct vugpu_prog_info *out);
 
 /* Interrupt service for one MSI-X vector: decode, acknowledge, record errors, wake contexts. */
 void vg_irq(struct vg_dev *d, unsigned int vector);

@@ -333,6 +333,8 @@ int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
 	if (err) {
 		err->code = code;
 		err->info = c->err_info;
+		err->reason = c->err_reason;
+		err->pad = 0;
 		err->fault_va = c->fault_va;
 		err->fault_info = c->fault_info;
 		err->fault_valid = c->fault_valid;
@@ -349,7 +351,7 @@ int vg_ctx_poll_error(struct vg_ctx *c)
 {
 	struct vg_dev *d = c->dev;
 	vg_irqflags_t fl;
-	u32 st, code, info;
+	u32 st, code, info, reason = 0;
 
 	if (c->chid < 0 || !c->bound)
 		return vg_ctx_status(c, NULL);
@@ -357,10 +359,13 @@ int vg_ctx_poll_error(struct vg_ctx *c)
 	if (st & VG_STATE_ERROR) {
 		code = st == VG_DEAD_READ ? VG_CERR_DEVICE_LOST : vg_rd(d, VG_PFIFO_CHAN_ERR(c->chid));
 		info = st == VG_DEAD_READ ? 0 : vg_rd(d, VG_PFIFO_CHAN_ERR_INFO(c->chid));
+		if (code == VG_CERR_BAD_PROGRAM)
+			reason = vg_rd(d, VG_PFIFO_CHAN_ERR_REASON(c->chid));
 		vg_os_lock(&d->os, fl);
 		if (!c->err_code) {
 			c->err_code = code ? code : VG_CERR_DEVICE_LOST;
 			c->err_info = info;
+			c->err_reason = reason;
 		}
 		vg_os_unlock(&d->os, fl);
 	}

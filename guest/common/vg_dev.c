@@ -118,6 +118,31 @@ static void ack_all(struct vg_dev *d)
 	vg_wr(d, VG_PMC_INTR, 0xf);
 }
 
+/*
+ * PPROG (hw-spec §3.10): read-only limits, read once. Only PROG_VERSION when the device runs no
+ * programs (every BAR0 access is a trap in a VM); struct vugpu_prog_info mirrors the register
+ * order, so the rest is one loop.
+ */
+_Static_assert(offsetof(struct vugpu_prog_info, features) == 4 * (VG_PPROG_COUNT - 1),
+	       "struct vugpu_prog_info must mirror the PPROG registers");
+
+static void read_prog_limits(struct vg_dev *d)
+{
+	u32 *w = (u32 *)&d->prog;
+	u32 i;
+
+	memset(&d->prog, 0, sizeof(d->prog));
+	d->prog.version = vg_rd(d, VG_PPROG_VERSION);
+	if (!d->prog.version || d->prog.version == VG_DEAD_READ) {
+		d->prog.version = 0;
+		return;
+	}
+	for (i = 1; i < VG_PPROG_COUNT; i++)
+		w[i] = vg_rd(d, VG_PPROG_FIRST + 4 * i);
+	if (d->prog.version >> 16 != VG_PPROG_VERSION_1_0 >> 16)
+		vg_warn(d, "programs version 0x%08x (driver knows 1.x): limits reported as read", d->prog.version);
+}
+
 static void choose_vm_path(struct vg_dev *d)
 {
 	d->pv_mode = VG_PV_OFF;
@@ -172,6 +197,7 @@ int vg_dev_init(struct vg_dev *d)
 	if (!(en & VG_PMC_ENABLE_PFIFO))
 		vg_wr(d, VG_PMC_ENABLE, en | VG_PMC_ENABLE_PFIFO);
 
+	read_prog_limits(d);
 	choose_vm_path(d);
 	if (d->vm_ops == &vg_vm_ops_reg) {
 		ret = vg_ralloc_init(&d->vram, 0, d->vram_size);
@@ -188,9 +214,9 @@ int vg_dev_init(struct vg_dev *d)
 
 	vg_wr(d, VG_PFIFO_INTR_EN, VG_PFIFO_INTR_FENCE | VG_PFIFO_INTR_CHAN_ERROR | VG_PFIFO_INTR_RUNLIST_ERROR);
 	vg_wr(d, VG_PMC_INTR_EN, (1u << VG_IRQ_FIFO) | (1u << VG_IRQ_MMU_FAULT) | (1u << VG_IRQ_CHAN_ERROR));
-	vg_info(d, "vugpu: boot0 0x%08x, %llu MiB VRAM, %u channels, address-space path %s%s",
+	vg_info(d, "vugpu: boot0 0x%08x, %llu MiB VRAM, %u channels, address-space path %s%s, programs 0x%08x",
 		d->boot0, (unsigned long long)(d->vram_size >> 20), d->chan_count, d->vm_ops->name,
-		d->pv_mode == VG_PV_BATCH ? " (batched)" : "");
+		d->pv_mode == VG_PV_BATCH ? " (batched)" : "", d->prog.version);
 	return 0;
 }
 
@@ -228,6 +254,11 @@ void vg_dev_info(struct vg_dev *d, struct vugpu_info *out)
 	out->pv_calls = d->pv_calls;
 	out->faults = d->faults;
 	out->chan_errors = d->chan_errors;
+}
+
+void vg_dev_prog_info(struct vg_dev *d, struct vugpu_prog_info *out)
+{
+	*out = d->prog;
 }
 
 /* ---- interrupts ---- */
@@ -272,22 +303,26 @@ static void scan_errors(struct vg_dev *d)
 			continue;
 		vg_wr(d, VG_PFIFO_ERR_PENDING(i), p);
 		for (b = 0; b < 32; b++) {
-			u32 chid = 32 * i + b, code, info;
+			u32 chid = 32 * i + b, code, info, reason = 0;
 			struct vg_ctx *c;
 
 			if (!(p & (1u << b)) || chid >= d->chan_count)
 				continue;
 			code = vg_rd(d, VG_PFIFO_CHAN_ERR(chid));
 			info = vg_rd(d, VG_PFIFO_CHAN_ERR_INFO(chid));
+			/* the sub-reason exists only for BAD_PROGRAM: no extra trap for other errors */
+			if (code == VG_CERR_BAD_PROGRAM)
+				reason = vg_rd(d, VG_PFIFO_CHAN_ERR_REASON(chid));
 			d->chan_errors++;
-			vg_warn(d, "channel %u: error %u (%s), info 0x%08x (gp_get %u, subch %u, method 0x%03x)",
-				chid, code, vg_chan_err_name(code), info, info >> 16, (info >> 13) & 7,
-				(info & 0xfff) << 2);
+			vg_warn(d, "channel %u: error %u (%s%s%s), info 0x%08x (gp_get %u, subch %u, method 0x%03x)",
+				chid, code, vg_chan_err_name(code), reason ? "/" : "", reason ? vg_prog_err_name(reason) : "",
+				info, info >> 16, (info >> 13) & 7, (info & 0xfff) << 2);
 			vg_os_lock(&d->os, fl);
 			c = d->chans[chid];
 			if (c && !c->err_code) {
 				c->err_code = code && code != VG_DEAD_READ ? code : VG_CERR_DEVICE_LOST;
 				c->err_info = info;
+				c->err_reason = reason;
 			}
 			wake_chid(d, chid);
 			vg_os_unlock(&d->os, fl);

@@ -43,12 +43,14 @@
 #define VG_PFIFO_ERR_PENDING(i) (0x002a10 + 4 * (i))
 #define VG_PFIFO_CHAN_ERR(c) (0x002c00 + 8 * (c))
 #define VG_PFIFO_CHAN_ERR_INFO(c) (0x002c04 + 8 * (c))
+#define VG_PFIFO_CHAN_ERR_REASON(c) (0x002e00 + 4 * (c)) /* hw-spec 1.1: BAD_PROGRAM sub-reason */
 #define VG_PFIFO_CHAN(c) (0x003000 + 8 * (c))
 #define VG_PFIFO_CHAN_STATE(c) (0x003004 + 8 * (c))
 #define VG_CHAN_VALID (1u << 31)
 #define VG_CHAN_INST_MASK 0x0fffffffu
 #define VG_STATE_ENABLE (1u << 0)
 #define VG_STATE_ACQUIRE_WAIT (1u << 4)
+#define VG_STATE_PROGRAM_WAIT (1u << 5) /* blocked while the device checks/compiles a program */
 #define VG_STATE_BUSY (1u << 12)
 #define VG_STATE_ERROR (1u << 24)
 #define VG_DOORBELL 0x810090
@@ -57,6 +59,36 @@
 /* §3.7 PTIMER */
 #define VG_PTIMER_TIME_0 0x009400
 #define VG_PTIMER_TIME_1 0x009410
+
+/* §3.10 PPROG: program limits (hw-spec 1.1), read-only, read once at probe */
+#define VG_PPROG_VERSION 0x00b000
+#define VG_PPROG_VERSION_1_0 0x00010000u
+#define VG_PPROG_MAX_MODULE_BYTES 0x00b004
+#define VG_PPROG_MAX_BINDINGS 0x00b008
+#define VG_PPROG_MAX_PUSH_BYTES 0x00b00c
+#define VG_PPROG_MAX_SPEC_CONSTANTS 0x00b010
+#define VG_PPROG_MAX_WG_INVOCATIONS 0x00b014
+#define VG_PPROG_MAX_WG_SIZE_X 0x00b018
+#define VG_PPROG_MAX_WG_SIZE_Y 0x00b01c
+#define VG_PPROG_MAX_WG_SIZE_Z 0x00b020
+#define VG_PPROG_MAX_SHARED_BYTES 0x00b024
+#define VG_PPROG_MAX_GRID_X 0x00b028
+#define VG_PPROG_MAX_GRID_Y 0x00b02c
+#define VG_PPROG_MAX_GRID_Z 0x00b030
+#define VG_PPROG_MAX_BUFFER_BYTES 0x00b034
+#define VG_PPROG_BUFFER_ALIGN 0x00b038
+#define VG_PPROG_SUBGROUP_SIZE 0x00b03c
+#define VG_PPROG_MAX_LOOP_ITERATIONS 0x00b040
+#define VG_PPROG_FEATURES 0x00b044
+#define VG_PPROG_FIRST VG_PPROG_VERSION
+#define VG_PPROG_COUNT 18 /* registers 0x00b000 … 0x00b044 */
+#define VG_PROG_FEAT_FLOAT64 (1u << 0)
+#define VG_PROG_FEAT_INT64 (1u << 1)
+#define VG_PROG_FEAT_FLOAT16 (1u << 2)
+#define VG_PROG_FEAT_INT8 (1u << 3)
+#define VG_PROG_FEAT_INT16 (1u << 4)
+#define VG_PROG_FEAT_SUBGROUP (1u << 5)
+#define VG_PROG_FEAT_INT64_ATOMICS (1u << 6)
 
 /* §3.5 PFB */
 #define VG_PFB_PART_COUNT 0x022438
@@ -181,11 +213,20 @@
 #define VG_COMPUTE_GRID_X 0x0204
 #define VG_COMPUTE_PARAM_VA_UPPER 0x0210
 #define VG_COMPUTE_PARAM_LENGTH 0x0218
+#define VG_COMPUTE_PROGRAM_VA_UPPER 0x0220 /* §6.3 (hw-spec 1.1); LOWER, LENGTH, ENTRY follow */
+#define VG_COMPUTE_PROGRAM_VA_LOWER 0x0224
+#define VG_COMPUTE_PROGRAM_LENGTH 0x0228
+#define VG_COMPUTE_PROGRAM_ENTRY 0x022c
 #define VG_COMPUTE_BUFFER_COUNT 0x0234
+#define VG_COMPUTE_SPEC_VA_UPPER 0x0250 /* LOWER, COUNT follow */
+#define VG_COMPUTE_SPEC_VA_LOWER 0x0254
+#define VG_COMPUTE_SPEC_COUNT 0x0258
 #define VG_COMPUTE_LAUNCH 0x0300
 #define VG_COMPUTE_BUFFER(i) (0x0400 + 16 * (i))
 #define VG_COMPUTE_MAX_BUFFERS 16
 #define VG_COMPUTE_MAX_PARAMS 4096
+#define VG_BUFFER_FLAG_READ_ONLY (1u << 0) /* BUFFER_FLAGS(i) bit 0 (hw-spec 1.1) */
+#define VG_SPEC_ENTRY_SIZE 8              /* {u32 constantID, u32 value} */
 
 /* LAUNCH_DMA / LAUNCH flags */
 #define VG_LAUNCH_TRANSFER_NONE 0u
@@ -194,6 +235,7 @@
 #define VG_LAUNCH_FLUSH_ENABLE (1u << 2)
 #define VG_LAUNCH_SEM(t) ((unsigned int)(t) << 3)
 #define VG_LAUNCH_INTR(t) ((unsigned int)(t) << 5)
+#define VG_LAUNCH_PROGRAM (1u << 16) /* compute LAUNCH: run the SPIR-V program of §6.3 */
 
 /* §7 MMU */
 #define VG_VA_BITS 40
@@ -235,6 +277,28 @@
 #define VG_CERR_PB_TRUNCATED 10
 #define VG_CERR_MMU_FAULT 16
 #define VG_CERR_KERNEL_ERROR 17
+#define VG_CERR_BAD_PROGRAM 18        /* reason in PFIFO_CHAN_ERR_REASON (hw-spec 1.1) */
+#define VG_CERR_PROGRAM_LOOP_LIMIT 19 /* reached PROG_MAX_LOOP_ITERATIONS (hw-spec 1.1) */
+#define VG_CERR_ENGINE_LOST 20        /* the engine's program device was lost mid-job (src/gpu/spec.ts) */
+
+/* §6.3.6 BAD_PROGRAM reasons (PFIFO_CHAN_ERR_REASON) */
+#define VG_PROG_ERR_UNSUPPORTED 1
+#define VG_PROG_ERR_MODULE_SIZE 2
+#define VG_PROG_ERR_INVALID 3
+#define VG_PROG_ERR_CAPABILITY 4
+#define VG_PROG_ERR_EXTENSION 5
+#define VG_PROG_ERR_INSTRUCTION 6
+#define VG_PROG_ERR_ENTRY_POINT 7
+#define VG_PROG_ERR_BINDING 8
+#define VG_PROG_ERR_BINDING_WRITABLE 9
+#define VG_PROG_ERR_PUSH_CONSTANTS 10
+#define VG_PROG_ERR_WORKGROUP_SIZE 11
+#define VG_PROG_ERR_SHARED_MEMORY 12
+#define VG_PROG_ERR_SPEC_CONSTANTS 13
+#define VG_PROG_ERR_GRID 14
+#define VG_PROG_ERR_BUFFER 15
+#define VG_PROG_ERR_COMPILE 16
+#define VG_PROG_ERR_LOOP_FORM 17
 
 /* What a read of a device that is gone returns (PCI master abort); not a valid state of
  * PFIFO_PREEMPT or PFIFO_CHAN_STATE. Driver-side error code for it: */

@@ -16,9 +16,27 @@ static inline const char *vg_chan_err_name(unsigned int code)
 		return "MMU_FAULT";
 	if (code == 17)
 		return "KERNEL_ERROR";
+	if (code == 18)
+		return "BAD_PROGRAM";
+	if (code == 19)
+		return "PROGRAM_LOOP_LIMIT";
+	if (code == 20)
+		return "ENGINE_LOST";
 	if (code == 0xff)
 		return "DEVICE_LOST";
 	return "UNKNOWN";
+}
+
+/* PFIFO_CHAN_ERR_REASON after BAD_PROGRAM (hw-spec §6.3.6) */
+static inline const char *vg_prog_err_name(unsigned int reason)
+{
+	static const char *const names[] = {
+		"NONE", "UNSUPPORTED", "MODULE_SIZE", "INVALID", "CAPABILITY", "EXTENSION", "INSTRUCTION",
+		"ENTRY_POINT", "BINDING", "BINDING_WRITABLE", "PUSH_CONSTANTS", "WORKGROUP_SIZE",
+		"SHARED_MEMORY", "SPEC_CONSTANTS", "GRID", "BUFFER", "COMPILE", "LOOP_FORM",
+	};
+
+	return reason < sizeof(names) / sizeof(names[0]) ? names[reason] : "UNKNOWN";
 }
 
 static inline const char *vg_fault_name(unsigned int reason)

@@ -22,7 +22,11 @@
 #include <sys/ioctl.h>
 #endif
 
-#define VUGPU_UAPI_VERSION 1
+/*
+ * 2: PROG_INFO (program limits), struct vugpu_error.reason (WAIT grew by 8 bytes; the driver
+ *    still answers version 1's smaller WAIT, VUGPU_IOC_WAIT_V1).
+ */
+#define VUGPU_UAPI_VERSION 2
 
 struct vugpu_info {
 	__u32 version;        /* VUGPU_UAPI_VERSION */
@@ -38,6 +42,28 @@ struct vugpu_info {
 	__u64 pv_calls;       /* hypercalls made (PV modes) */
 	__u64 faults;         /* MMU faults seen */
 	__u64 chan_errors;    /* channels that entered the error state */
+};
+
+/*
+ * Program limits (hw-spec §3.10 PPROG), read by the driver once at probe, in register order.
+ * version 0: the device runs no programs (every other field is then 0).
+ */
+struct vugpu_prog_info {
+	__u32 version;             /* PROG_VERSION, 0x00010000 = programs v1.0 */
+	__u32 max_module_bytes;
+	__u32 max_bindings;
+	__u32 max_push_bytes;
+	__u32 max_spec_constants;
+	__u32 max_wg_invocations;
+	__u32 max_wg_size[3];
+	__u32 max_shared_bytes;
+	__u32 max_grid[3];
+	__u32 max_buffer_bytes;
+	__u32 buffer_align;
+	__u32 subgroup_size;
+	__u32 max_loop_iterations; /* 0 = unlimited */
+	__u32 features;            /* VG_PROG_FEAT_* */
+	__u32 reserved[6];         /* 0: room for later PPROG registers under the same ioctl */
 };
 
 #define VUGPU_CTX_VA_START 0x100000000ull /* first VA handed out (4 GiB) */
@@ -96,6 +122,8 @@ struct vugpu_error {
 	__u32 fault_info;  /* MMU_FAULT_INFO (reason, access, unit) */
 	__u32 fault_valid;
 	__u64 seq_done;    /* last fence that passed */
+	__u32 reason;      /* PFIFO_CHAN_ERR_REASON for BAD_PROGRAM (§6.3.6), else 0 (uapi 2) */
+	__u32 pad;
 };
 
 struct vugpu_wait {
@@ -113,5 +141,8 @@ struct vugpu_wait {
 #define VUGPU_IOC_HOST_REGISTER _IOWR(VUGPU_IOC_MAGIC, 0x04, struct vugpu_host_register)
 #define VUGPU_IOC_SUBMIT _IOWR(VUGPU_IOC_MAGIC, 0x05, struct vugpu_submit)
 #define VUGPU_IOC_WAIT _IOWR(VUGPU_IOC_MAGIC, 0x06, struct vugpu_wait)
+#define VUGPU_IOC_PROG_INFO _IOR(VUGPU_IOC_MAGIC, 0x07, struct vugpu_prog_info)
+/* uapi 1's WAIT (struct vugpu_wait without error.reason/pad: 48 bytes), still answered */
+#define VUGPU_IOC_WAIT_V1 _IOC(_IOC_READ | _IOC_WRITE, VUGPU_IOC_MAGIC, 0x06, 48)
 
 #endif /* VUGPU_UAPI_H */

@@ -534,12 +534,16 @@ static int ioc_submit(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg
 	return copy_to_user(uarg, &a, sizeof(a)) ? -EFAULT : 0;
 }
 
-static int ioc_wait(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
+/* size: sizeof(struct vugpu_wait), or the 48 bytes of uapi 1 (no error.reason) */
+_Static_assert(offsetof(struct vugpu_wait, err) + offsetof(struct vugpu_error, reason) == 48,
+	       "VUGPU_IOC_WAIT_V1 is struct vugpu_wait up to error.reason");
+static int ioc_wait(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg, size_t size)
 {
 	struct vugpu_wait a;
 	int ret;
 
-	if (copy_from_user(&a, uarg, sizeof(a)))
+	memset(&a, 0, sizeof(a));
+	if (copy_from_user(&a, uarg, size))
 		return -EFAULT;
 	if (a.seq > READ_ONCE(c->seq))
 		return -EINVAL; /* never submitted: would never pass */
@@ -548,7 +552,7 @@ static int ioc_wait(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg)
 		return -ERESTARTSYS;
 	/* err is filled in every case: a fence that passed may be followed by a failure */
 	vg_ctx_status(c, &a.err);
-	if (copy_to_user(uarg, &a, sizeof(a)))
+	if (copy_to_user(uarg, &a, size))
 		return -EFAULT;
 	return ret;
 }
@@ -575,6 +579,19 @@ static long vugpu_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		mutex_unlock(&vd->files_lock);
 		return copy_to_user(uarg, &info, sizeof(info)) ? -EFAULT : 0;
 	}
+	if (cmd == VUGPU_IOC_PROG_INFO) {
+		struct vugpu_prog_info pi;
+
+		/* read at probe and constant afterwards: no device access, no lock beyond liveness */
+		mutex_lock(&vd->files_lock);
+		if (vd->dead) {
+			mutex_unlock(&vd->files_lock);
+			return -ENODEV;
+		}
+		vg_dev_prog_info(&vd->core, &pi);
+		mutex_unlock(&vd->files_lock);
+		return copy_to_user(uarg, &pi, sizeof(pi)) ? -EFAULT : 0;
+	}
 
 	/* `use` keeps the context alive for the whole call (device removal takes it for writing) */
 	down_read(&fp->use);
@@ -593,7 +610,9 @@ static long vugpu_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	}
 	switch (cmd) {
 	case VUGPU_IOC_WAIT:
-		ret = ioc_wait(fp, c, uarg); /* sleeps without fp->lock: submissions may go on */
+	case VUGPU_IOC_WAIT_V1:
+		/* sleeps without fp->lock: submissions may go on */
+		ret = ioc_wait(fp, c, uarg, _IOC_SIZE(cmd));
 		break;
 	case VUGPU_IOC_MEM_ALLOC:
 		ret = ioc_mem_alloc(fp, c, uarg);

@@ -22,6 +22,9 @@ struct vg_backend {
 	int (*open)(struct vg_backend_ctx **out);
 	void (*close)(struct vg_backend_ctx *b);
 	int (*info)(struct vg_backend_ctx *b, struct vugpu_info *info);
+	/* PPROG limits read by the driver at probe; version 0 when the device (or an older driver)
+	 * runs no programs */
+	int (*prog_info)(struct vg_backend_ctx *b, struct vugpu_prog_info *info);
 	/* VRAM: *cpu is a BAR1 mapping of the buffer (write-combining), NULL if not mappable */
 	int (*vram_alloc)(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu);
 	/* pinned host memory, mapped into the GPU VA as system memory */

@@ -274,6 +274,12 @@ static int host_info(struct vg_backend_ctx *b, struct vugpu_info *info)
 	return 0;
 }
 
+static int host_prog_info(struct vg_backend_ctx *b, struct vugpu_prog_info *info)
+{
+	vg_dev_prog_info(&b->hd->core, info);
+	return 0;
+}
+
 static int host_vram_alloc(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu)
 {
 	struct vg_bo *bo;
@@ -384,6 +390,7 @@ const struct vg_backend vg_backend_host = {
 	.open = host_open,
 	.close = host_close,
 	.info = host_info,
+	.prog_info = host_prog_info,
 	.vram_alloc = host_vram_alloc,
 	.host_alloc = host_host_alloc,
 	.mem_free = host_mem_free,

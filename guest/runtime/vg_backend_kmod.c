@@ -68,6 +68,17 @@ static int kmod_info(struct vg_backend_ctx *b, struct vugpu_info *info)
 	return xioctl(b->fd, VUGPU_IOC_INFO, info);
 }
 
+static int kmod_prog_info(struct vg_backend_ctx *b, struct vugpu_prog_info *info)
+{
+	int ret = xioctl(b->fd, VUGPU_IOC_PROG_INFO, info);
+
+	if (ret == -ENOTTY) { /* a driver of uapi 1: no programs */
+		memset(info, 0, sizeof(*info));
+		return 0;
+	}
+	return ret;
+}
+
 static int kmod_vram_alloc(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu)
 {
 	struct vugpu_mem_alloc a = { .size = size, .flags = VUGPU_MEM_VRAM };
@@ -163,6 +174,7 @@ const struct vg_backend vg_backend_kmod = {
 	.open = kmod_open,
 	.close = kmod_close,
 	.info = kmod_info,
+	.prog_info = kmod_prog_info,
 	.vram_alloc = kmod_vram_alloc,
 	.host_alloc = kmod_host_alloc,
 	.mem_free = kmod_mem_free,

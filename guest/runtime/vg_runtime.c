@@ -41,6 +41,14 @@ struct vg_alloc {
 	uint32_t handle;
 	void *cpu;
 	int host;
+	int program;          /* holds a program's module: not a vgMemFree target */
+};
+
+struct vgProgramRec {
+	struct vgProgramRec *next;
+	vgContext ctx;
+	struct vg_alloc *mem;
+	uint32_t bytes;
 };
 
 struct vgContextRec {
@@ -58,6 +66,10 @@ struct vgContextRec {
 	uint32_t staging_size;
 	int bar1_copies;
 	uint32_t timeout_ms;
+	struct vugpu_error chan_err;  /* the channel error behind `sticky` */
+	struct vugpu_prog_info prog_info;
+	int prog_info_valid;
+	struct vgProgramRec *programs;
 };
 
 static const struct vg_backend *g_backend;
@@ -73,6 +85,7 @@ static const struct vg_result_info {
 	{ VG_ERROR_OUT_OF_MEMORY, "VG_ERROR_OUT_OF_MEMORY", "out of memory" },
 	{ VG_ERROR_NOT_INITIALIZED, "VG_ERROR_NOT_INITIALIZED", "vgInit has not been called" },
 	{ VG_ERROR_NO_DEVICE, "VG_ERROR_NO_DEVICE", "no vugpu device (driver not loaded, or VUGPU_SOCKET unreachable)" },
+	{ VG_ERROR_INVALID_PROGRAM, "VG_ERROR_INVALID_PROGRAM", "the device refused the program or its launch (reason in the detail)" },
 	{ VG_ERROR_INVALID_CONTEXT, "VG_ERROR_INVALID_CONTEXT", "invalid context" },
 	{ VG_ERROR_INVALID_HANDLE, "VG_ERROR_INVALID_HANDLE", "pointer is not an allocation of this context" },
 	{ VG_ERROR_NOT_READY, "VG_ERROR_NOT_READY", "work still in progress" },
@@ -80,7 +93,9 @@ static const struct vg_result_info {
 	{ VG_ERROR_LAUNCH_TIMEOUT, "VG_ERROR_LAUNCH_TIMEOUT", "a job ran past the device watchdog and was cancelled" },
 	{ VG_ERROR_LAUNCH_FAILED, "VG_ERROR_LAUNCH_FAILED", "the channel failed (bad command, launch or instance)" },
 	{ VG_ERROR_KERNEL, "VG_ERROR_KERNEL", "the kernel rejected its parameters or buffers" },
+	{ VG_ERROR_PROGRAM_LOOP_LIMIT, "VG_ERROR_PROGRAM_LOOP_LIMIT", "a program reached the device's loop limit and was stopped" },
 	{ VG_ERROR_TIMEOUT, "VG_ERROR_TIMEOUT", "timed out waiting for the GPU" },
+	{ VG_ERROR_NOT_SUPPORTED, "VG_ERROR_NOT_SUPPORTED", "the device runs no programs" },
 	{ VG_ERROR_OS, "VG_ERROR_OS", "unexpected operating-system error" },
 };
 
@@ -153,11 +168,24 @@ static vgResult channel_error(vgContext ctx, const struct vugpu_error *e)
 	case VG_CERR_KERNEL_ERROR:
 		r = VG_ERROR_KERNEL;
 		break;
+	case VG_CERR_BAD_PROGRAM:
+		r = VG_ERROR_INVALID_PROGRAM;
+		break;
+	case VG_CERR_PROGRAM_LOOP_LIMIT:
+		r = VG_ERROR_PROGRAM_LOOP_LIMIT;
+		break;
 	default:
 		r = VG_ERROR_LAUNCH_FAILED;
 	}
-	n = snprintf(ctx->detail, sizeof(ctx->detail), "channel error %u (%s), gp_get %u, subchannel %u, method 0x%03x",
-		     e->code, vg_chan_err_name(e->code), e->info >> 16, (e->info >> 13) & 7, (e->info & 0xfff) << 2);
+	ctx->chan_err = *e;
+	if (e->code == VG_CERR_BAD_PROGRAM)
+		n = snprintf(ctx->detail, sizeof(ctx->detail),
+			     "channel error %u (%s), reason %u (%s), gp_get %u, subchannel %u, method 0x%03x", e->code,
+			     vg_chan_err_name(e->code), e->reason, vg_prog_err_name(e->reason), e->info >> 16,
+			     (e->info >> 13) & 7, (e->info & 0xfff) << 2);
+	else
+		n = snprintf(ctx->detail, sizeof(ctx->detail), "channel error %u (%s), gp_get %u, subchannel %u, method 0x%03x",
+			     e->code, vg_chan_err_name(e->code), e->info >> 16, (e->info >> 13) & 7, (e->info & 0xfff) << 2);
 	if (e->fault_valid && n > 0 && (size_t)n < sizeof(ctx->detail))
 		snprintf(ctx->detail + n, sizeof(ctx->detail) - (size_t)n, "; MMU fault at VA 0x%010llx: %s on %s by %s",
 			 (unsigned long long)e->fault_va, vg_fault_name(VG_FAULT_INFO_REASON(e->fault_info)),
@@ -313,6 +341,12 @@ vgResult vgCtxDestroy(vgContext ctx)
 		if (!a->host)
 			ctx->be->unmap_cpu(ctx->b, a->cpu, a->size, 0);
 	ctx->be->close(ctx->b);
+	while (ctx->programs) {
+		struct vgProgramRec *p = ctx->programs;
+
+		ctx->programs = p->next;
+		free(p);
+	}
 	while ((a = ctx->allocs)) {
 		ctx->allocs = a->next;
 		if (a->host)
@@ -395,7 +429,7 @@ vgResult vgMemFree(vgContext ctx, vgDevicePtr dptr)
 
 	CHECK_CTX(ctx);
 	for (a = ctx->allocs; a; a = a->next)
-		if (!a->host && a->va == dptr && a != ctx->params)
+		if (!a->host && a->va == dptr && a != ctx->params && !a->program)
 			return alloc_release(ctx, a);
 	return VG_ERROR_INVALID_HANDLE;
 }
@@ -715,4 +749,205 @@ vgResult vgSynchronize(vgContext ctx)
 {
 	CHECK_CTX(ctx);
 	return wait_seq(ctx, ctx->last_seq);
+}
+
+/* ---- programs (hw-spec §6.3) ---- */
+
+vgResult vgGetChannelError(vgContext ctx, vgChannelError *err)
+{
+	if (!ctx || !ctx->b)
+		return VG_ERROR_INVALID_CONTEXT;
+	if (!err)
+		return VG_ERROR_INVALID_VALUE;
+	memset(err, 0, sizeof(*err));
+	err->code = ctx->chan_err.code;
+	err->reason = ctx->chan_err.reason;
+	err->info = ctx->chan_err.info;
+	err->fault_valid = ctx->chan_err.fault_valid;
+	err->fault_va = ctx->chan_err.fault_va;
+	err->fault_info = ctx->chan_err.fault_info;
+	return VG_SUCCESS;
+}
+
+/* The driver read PPROG at probe; ask it once per context. */
+static vgResult prog_info(vgContext ctx, const struct vugpu_prog_info **out)
+{
+	int ret;
+
+	if (!ctx->prog_info_valid) {
+		ret = ctx->be->prog_info(ctx->b, &ctx->prog_info);
+		if (ret)
+			return os_error(ctx, ret, "program limits");
+		ctx->prog_info_valid = 1;
+	}
+	*out = &ctx->prog_info;
+	return VG_SUCCESS;
+}
+
+vgResult vgProgramLimits(vgContext ctx, vgProgLimits *l)
+{
+	const struct vugpu_prog_info *pi;
+	vgResult r;
+
+	if (!g_backend)
+		return VG_ERROR_NOT_INITIALIZED;
+	if (!ctx || !ctx->b)
+		return VG_ERROR_INVALID_CONTEXT;
+	if (!l)
+		return VG_ERROR_INVALID_VALUE;
+	r = prog_info(ctx, &pi);
+	if (r)
+		return r;
+	memset(l, 0, sizeof(*l));
+	l->version = pi->version;
+	l->max_module_bytes = pi->max_module_bytes;
+	l->max_bindings = pi->max_bindings;
+	l->max_push_bytes = pi->max_push_bytes;
+	l->max_spec_constants = pi->max_spec_constants;
+	l->max_wg_invocations = pi->max_wg_invocations;
+	memcpy(l->max_wg_size, pi->max_wg_size, sizeof(l->max_wg_size));
+	l->max_shared_bytes = pi->max_shared_bytes;
+	memcpy(l->max_grid, pi->max_grid, sizeof(l->max_grid));
+	l->max_buffer_bytes = pi->max_buffer_bytes;
+	l->buffer_align = pi->buffer_align;
+	l->subgroup_size = pi->subgroup_size;
+	l->max_loop_iterations = pi->max_loop_iterations;
+	l->features = pi->features;
+	return VG_SUCCESS;
+}
+
+vgResult vgProgramLoad(vgContext ctx, const void *spirv, size_t bytes, vgProgram *out)
+{
+	const struct vugpu_prog_info *pi;
+	struct vgProgramRec *p;
+	struct vg_alloc *a;
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (!spirv || !bytes || bytes > 0xffffffffu || !out)
+		return VG_ERROR_INVALID_VALUE;
+	r = prog_info(ctx, &pi);
+	if (r)
+		return r;
+	if (!pi->version)
+		return VG_ERROR_NOT_SUPPORTED;
+	/* no parsing here: size, form and content are the device's to judge (§6.3.1, §6.3.3) */
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return VG_ERROR_OUT_OF_MEMORY;
+	r = alloc_record(ctx, 0, bytes, &a);
+	if (r) {
+		free(p);
+		return r;
+	}
+	a->program = 1;
+	r = vgMemcpyHtoD(ctx, a->va, spirv, bytes);
+	if (r) {
+		alloc_release(ctx, a);
+		free(p);
+		return r;
+	}
+	p->ctx = ctx;
+	p->mem = a;
+	p->bytes = (uint32_t)bytes;
+	p->next = ctx->programs;
+	ctx->programs = p;
+	*out = p;
+	return VG_SUCCESS;
+}
+
+static int program_unlink(vgContext ctx, vgProgram prog)
+{
+	struct vgProgramRec **pp;
+
+	for (pp = &ctx->programs; *pp; pp = &(*pp)->next) {
+		if (*pp == prog) {
+			*pp = prog->next;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+vgResult vgProgramUnload(vgContext ctx, vgProgram prog)
+{
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (!prog || prog->ctx != ctx || !program_unlink(ctx, prog))
+		return VG_ERROR_INVALID_HANDLE;
+	r = alloc_release(ctx, prog->mem); /* the backend waits for launches still using it */
+	free(prog);
+	return r;
+}
+
+vgResult vgLaunchProgram(vgContext ctx, vgProgram prog, unsigned int entry, const unsigned int grid[3],
+			 const vgBinding *bindings, unsigned int nbindings, const void *push, size_t push_bytes,
+			 const vgSpecConstant *spec, unsigned int nspec, unsigned int flags)
+{
+	uint32_t w[6], b[4 * VG_COMPUTE_MAX_BUFFERS], nb = nbindings, launch = VG_LAUNCH_PROGRAM;
+	size_t spec_off = (push_bytes + 7) & ~(size_t)7, spec_bytes = (size_t)nspec * VG_SPEC_ENTRY_SIZE;
+	unsigned int slot, i;
+	uint64_t pva, sva, mva;
+	uint8_t *cpu;
+	struct pb p;
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	/* only what the methods cannot carry; every limit of §3.10 is the device's to enforce */
+	if (!prog || prog->ctx != ctx)
+		return VG_ERROR_INVALID_HANDLE;
+	if (flags || nbindings > VG_COMPUTE_MAX_BUFFERS || (nbindings && !bindings) || (push_bytes && !push) ||
+	    (nspec && !spec) || push_bytes > PARAM_SLOT_SIZE || nspec > PARAM_SLOT_SIZE / VG_SPEC_ENTRY_SIZE ||
+	    spec_off + spec_bytes > PARAM_SLOT_SIZE)
+		return VG_ERROR_INVALID_VALUE;
+	for (i = 0; i < nbindings; i++) {
+		if (!bindings[i].bytes || bindings[i].bytes > 0xffffffffu || (bindings[i].flags & ~VG_BINDING_READ_ONLY))
+			return VG_ERROR_INVALID_VALUE;
+		b[4 * i] = (uint32_t)(bindings[i].ptr >> 32) & 0xff;
+		b[4 * i + 1] = (uint32_t)bindings[i].ptr;
+		b[4 * i + 2] = (uint32_t)bindings[i].bytes;
+		b[4 * i + 3] = (bindings[i].flags & VG_BINDING_READ_ONLY) ? VG_BUFFER_FLAG_READ_ONLY : 0;
+	}
+	/* push constants and the spec block share a parameter slot (same reuse rule as vgLaunch) */
+	slot = ctx->param_next;
+	ctx->param_next = (slot + 1) % PARAM_SLOTS;
+	r = wait_seq(ctx, ctx->param_seq[slot]);
+	if (r)
+		return r;
+	pva = ctx->params->va + (uint64_t)slot * PARAM_SLOT_SIZE;
+	sva = pva + spec_off;
+	cpu = (uint8_t *)ctx->params->cpu + (size_t)slot * PARAM_SLOT_SIZE;
+	if (push_bytes)
+		memcpy(cpu, push, push_bytes);
+	for (i = 0; i < nspec; i++) { /* {u32 id, u32 value}, little-endian like the device */
+		memcpy(cpu + spec_off + 8 * i, &spec[i].id, 4);
+		memcpy(cpu + spec_off + 8 * i + 4, &spec[i].value, 4);
+	}
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+
+	mva = prog->mem->va;
+	p.n = 0;
+	/* GRID_X … PARAM_LENGTH (KERNEL_ID is ignored by a program launch) */
+	w[0] = grid ? grid[0] : 1;
+	w[1] = grid ? grid[1] : 1;
+	w[2] = grid ? grid[2] : 1;
+	w[3] = (uint32_t)(pva >> 32) & 0xff;
+	w[4] = (uint32_t)pva;
+	w[5] = (uint32_t)push_bytes;
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_GRID_X, 6, w);
+	w[0] = (uint32_t)(mva >> 32) & 0xff;
+	w[1] = (uint32_t)mva;
+	w[2] = prog->bytes;
+	w[3] = entry;
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_PROGRAM_VA_UPPER, 4, w);
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER_COUNT, 1, &nb);
+	w[0] = (uint32_t)(sva >> 32) & 0xff;
+	w[1] = (uint32_t)sva;
+	w[2] = nspec; /* always set: method state persists across launches */
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_SPEC_VA_UPPER, 3, w);
+	if (nbindings)
+		pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4 * nbindings, b);
+	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1, &launch);
+	return submit(ctx, &p, 0, &ctx->param_seq[slot]);
 }
