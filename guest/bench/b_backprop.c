@@ -83,11 +83,11 @@ static int run_backprop(struct bench_run *r)
 	ab[3] = (vgBuffer){ dold, wn * 4 };
 	stage_end(r);
 	stage_begin(r, S_EXEC);
-	VGO(r, vgLaunch(r->ctx, VG_KERNEL_BACKPROP_FORWARD, grid, &fp, sizeof(fp), fb, 3));
+	VGO(r, bench_launch(r, VG_KERNEL_BACKPROP_FORWARD, grid, &fp, sizeof(fp), fb, 3));
 	VGO(r, vgMemcpyDtoH(r->ctx, hidden, dh, sizeof(hidden)));
 	cpu_middle(hidden, w2, target, hdelta, &out);
 	VGO(r, vgMemcpyHtoD(r->ctx, dd, hdelta, sizeof(hdelta)));
-	VGO(r, vgLaunch(r->ctx, VG_KERNEL_BACKPROP_ADJUST, grid, &ap, sizeof(ap), ab, 4));
+	VGO(r, bench_launch(r, VG_KERNEL_BACKPROP_ADJUST, grid, &ap, sizeof(ap), ab, 4));
 	VGO(r, vgSynchronize(r->ctx));
 	stage_end(r);
 	stage_begin(r, S_DTOH);

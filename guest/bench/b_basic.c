@@ -14,7 +14,7 @@ static int run_nop(struct bench_run *r)
 	stage_begin(r, S_KERNCONF);
 	stage_end(r);
 	stage_begin(r, S_EXEC);
-	VG(r, vgLaunch(r->ctx, VG_KERNEL_NOP, grid1, NULL, 0, NULL, 0));
+	VG(r, bench_launch(r, VG_KERNEL_NOP, grid1, NULL, 0, NULL, 0));
 	VG(r, vgSynchronize(r->ctx));
 	stage_end(r);
 	if (bench_close(r))
@@ -65,7 +65,7 @@ static int run_loop(struct bench_run *r)
 
 		/* --launches: a stream of kernels, each waited for (bench/fairness.ts); the last one is verified */
 		for (k = 0; k < launches; k++) {
-			VG(r, vgLaunch(r->ctx, VG_KERNEL_LOOP, grid1, &p, sizeof(p), &b, 1));
+			VG(r, bench_launch(r, VG_KERNEL_LOOP, grid1, &p, sizeof(p), &b, 1));
 			VG(r, vgSynchronize(r->ctx));
 		}
 	}

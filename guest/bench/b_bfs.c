@@ -73,7 +73,7 @@ static int run_bfs(struct bench_run *r)
 	stage_end(r);
 	stage_begin(r, S_EXEC);
 	do {
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_BFS, grid, &p, sizeof(p), b, 7));
+		VGO(r, bench_launch(r, VG_KERNEL_BFS, grid, &p, sizeof(p), b, 7));
 		VGO(r, vgMemcpyDtoH(r->ctx, &changed, dchg, 4));
 		levels++;
 	} while (changed && levels <= n);

@@ -79,7 +79,7 @@ static int run_hotspot(struct bench_run *r)
 		b[0] = (vgBuffer){ dt[i & 1], bytes };
 		b[1] = (vgBuffer){ dp, bytes };
 		b[2] = (vgBuffer){ dt[(i & 1) ^ 1], bytes };
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_HOTSPOT, grid, &p, sizeof(p), b, 3));
+		VGO(r, bench_launch(r, VG_KERNEL_HOTSPOT, grid, &p, sizeof(p), b, 3));
 	}
 	VGO(r, vgSynchronize(r->ctx));
 	stage_end(r);

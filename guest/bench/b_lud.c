@@ -42,11 +42,11 @@ static int run_lud(struct bench_run *r)
 	stage_begin(r, S_EXEC);
 	for (st = 0; st < steps; st++) {
 		p.step = st;
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_LUD_DIAGONAL, grid, &p, sizeof(p), &b, 1));
+		VGO(r, bench_launch(r, VG_KERNEL_LUD_DIAGONAL, grid, &p, sizeof(p), &b, 1));
 		if (st + 1 == steps)
 			break;
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_LUD_PERIMETER, grid, &p, sizeof(p), &b, 1));
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_LUD_INTERNAL, grid, &p, sizeof(p), &b, 1));
+		VGO(r, bench_launch(r, VG_KERNEL_LUD_PERIMETER, grid, &p, sizeof(p), &b, 1));
+		VGO(r, bench_launch(r, VG_KERNEL_LUD_INTERNAL, grid, &p, sizeof(p), &b, 1));
 	}
 	VGO(r, vgSynchronize(r->ctx));
 	stage_end(r);

@@ -84,7 +84,7 @@ static int run_matrix(struct bench_run *r, unsigned int kernel, int is_float, in
 	bufs[2] = (vgBuffer){ dc, bytes };
 	stage_end(r);
 	stage_begin(r, S_EXEC);
-	VGO(r, vgLaunch(r->ctx, kernel, grid, &param, sizeof(param), bufs, 3));
+	VGO(r, bench_launch(r, kernel, grid, &param, sizeof(param), bufs, 3));
 	VGO(r, vgSynchronize(r->ctx));
 	stage_end(r);
 	stage_begin(r, S_DTOH);

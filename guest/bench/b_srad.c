@@ -123,8 +123,8 @@ static int run_srad_common(struct bench_run *r, int random_inputs)
 	stage_begin(r, S_EXEC);
 	for (i = 0; i < it; i++) {
 		p1.v = q0sqr_of(J, n, &roi);
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_SRAD1, grid, &p1, sizeof(p1), b, 6));
-		VGO(r, vgLaunch(r->ctx, VG_KERNEL_SRAD2, grid, &p2, sizeof(p2), b, 6));
+		VGO(r, bench_launch(r, VG_KERNEL_SRAD1, grid, &p1, sizeof(p1), b, 6));
+		VGO(r, bench_launch(r, VG_KERNEL_SRAD2, grid, &p2, sizeof(p2), b, 6));
 		if (i + 1 < it)
 			VGO(r, vgMemcpyDtoH(r->ctx, J, d[0], bytes));
 	}

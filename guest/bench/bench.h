@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include "vugpu.h"
 
 enum stage { S_INIT, S_MEMALLOC, S_DATAINIT, S_HTOD, S_KERNCONF, S_EXEC, S_DTOH, S_DATAREAD, S_CLOSE, S_COUNT };
@@ -30,6 +31,7 @@ struct bench_opts {
 	unsigned int launches; /* loop: kernels launched back to back, each synchronized (0 = 1) */
 	unsigned int seed;
 	int large;             /* GPUvm/G-KVM sizes */
+	const char *programs;  /* --programs DIR: run the kernels as SPIR-V programs (DIR/<file>.spv) */
 };
 
 struct bench_run {
@@ -47,6 +49,9 @@ struct bench_run {
 	double driver_us;      /* vgInit */
 	vgDeviceInfo info0;    /* counters right after context creation */
 	vgDeviceInfo info1;    /* ... and just before destruction */
+	vgProgram progs[16];   /* --programs: module per kernel id, loaded on first use */
+	double prog_load_us;   /* vgProgramLoad (inside the stage that first launched) */
+	unsigned long prog_launches;
 };
 
 struct bench {
@@ -77,6 +82,13 @@ int bench_fail(struct bench_run *r, vgResult e, const char *where);
 			goto out;                               \
 		}                                               \
 	} while (0)
+
+/*
+ * A kernel launch: vgLaunch of the built-in, or with --programs its SPIR-V plan (launch.c).
+ * Asynchronous like vgLaunch.
+ */
+vgResult bench_launch(struct bench_run *r, unsigned int kernel, const unsigned int grid[3], const void *params,
+		      size_t param_bytes, const vgBuffer *buffers, unsigned int nbuffers);
 
 /* Init/Close helpers shared by every benchmark (time the stages themselves). */
 int bench_init(struct bench_run *r);

@@ -3,6 +3,8 @@
  * vugpu-bench: runs one benchmark (or all of them) and prints one VUGPU-BENCH line per run.
  *
  *   vugpu-bench <name>|all [--size N] [--iters N] [--mb N] [--ms N] [--launches N] [--seed N] [--large]
+ *               [--programs DIR]   the kernels as SPIR-V programs (DIR/<kernel>.spv, e.g.
+ *                                  /programs/builtins) instead of built-ins by KERNEL_ID
  *   vugpu-bench list
  *   vugpu-bench fault        MMU fault check: the error reaches the process, with details
  *   vugpu-bench info         driver counters (kmod: without creating a context)
@@ -235,6 +237,9 @@ static int run_one(const struct bench *b, const struct bench_opts *o)
 	       (unsigned long long)(r.info1.irq_count[0] + r.info1.irq_count[1] + r.info1.irq_count[2] -
 				    r.info0.irq_count[0] - r.info0.irq_count[1] - r.info0.irq_count[2]),
 	       (unsigned long long)(r.info1.pv_calls - r.info0.pv_calls), r.info0.pv_mode);
+	if (o->programs)
+		printf(",\"programs\":true,\"program_load_us\":%.1f,\"program_launches\":%lu", r.prog_load_us,
+		       r.prog_launches);
 	if (r.err) {
 		printf(",\"error\":\"%s\",\"where\":", vgGetErrorName(r.err));
 		json_str(r.err_where);
@@ -314,7 +319,7 @@ static int usage(void)
 	size_t i;
 
 	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|info [--size N] [--iters N] [--mb N] [--ms N] "
-			"[--launches N] [--seed N] [--large]\nbenchmarks:");
+			"[--launches N] [--seed N] [--large] [--programs DIR]\nbenchmarks:");
 	for (i = 0; i < NBENCH; i++)
 		fprintf(stderr, " %s", benches[i]->name);
 	fprintf(stderr, "\n");
@@ -337,6 +342,12 @@ int main(int argc, char **argv)
 
 		if (!strcmp(argv[a], "--large")) {
 			o.large = 1;
+			continue;
+		}
+		if (!strcmp(argv[a], "--programs")) {
+			if (a + 1 >= argc)
+				return usage();
+			o.programs = argv[++a];
 			continue;
 		}
 		if (!strcmp(argv[a], "--size"))
