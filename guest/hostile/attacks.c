@@ -6,33 +6,18 @@
 #include <string.h>
 
 #include "report.h"
+#include "vugpu_names.h"
 
 #define DST_PAT 0xa5a5a5a5u
 #define OWN_PAT 0x0ddba11u
 #define UNMAPPED_GPA 0xfffff0000000ull
-#define BIT(n) (1u << (n))
-#define ANY_VA (~0ull)
 #define MMU_FAULT_CODES BIT(VG_CERR_MMU_FAULT)
 #define NOT_PRESENT_OR_RANGE (BIT(VG_FAULT_PTE_NOT_PRESENT) | BIT(VG_FAULT_VRAM_OUT_OF_RANGE))
-#define UNIT_HOST 0
-#define UNIT_SEMAPHORE 1
-#define UNIT_COPY 2
-#define UNIT_COMPUTE 3
 /* Every channel error code of hw-spec §8.2. */
 #define KNOWN_CODES (BIT(1) | BIT(2) | BIT(3) | BIT(4) | BIT(5) | BIT(6) | BIT(7) | BIT(8) | BIT(9) | \
-		     BIT(10) | BIT(16) | BIT(17))
+		     BIT(10) | BIT(16) | BIT(17) | BIT(VG_CERR_BAD_PROGRAM) | BIT(VG_CERR_PROGRAM_LOOP_LIMIT))
 
-/* What a case must produce. */
-struct expect {
-	uint32_t codes;   /* allowed PFIFO_CHAN_ERR values, bit c (BIT(0): completing is allowed) */
-	uint32_t reasons; /* MMU_FAULT: allowed reasons, bit r */
-	int unit;         /* MMU_FAULT: -1 any */
-	int write;        /* MMU_FAULT: -1 any */
-	uint64_t va;      /* MMU_FAULT: fault VA, or ANY_VA */
-	int follow_up;    /* a semaphore release in the next entry must not run */
-};
-
-static uint32_t lcg_steps(uint32_t s, uint64_t n)
+uint32_t lcg_steps(uint32_t s, uint64_t n)
 {
 	while (n--)
 		s = s * 1664525u + 1013904223u;
@@ -50,13 +35,13 @@ static uint32_t xorshift(uint32_t *s)
 	return v;
 }
 
-static unsigned int next_chid(struct ctx *x)
+unsigned int next_chid(struct ctx *x)
 {
 	return 1 + x->chid_next++ % (x->g.nchan - 1);
 }
 
 /* Slot 0: legit channel; slot SLOTS-1: the pool hog's shared instance block. */
-static unsigned int next_slot(struct ctx *x)
+unsigned int next_slot(struct ctx *x)
 {
 	return 1 + x->slot_next++ % (SLOTS - 2);
 }
@@ -78,13 +63,13 @@ void map_sys(struct ctx *x)
 	as_flush(&x->g);
 }
 
-static void reset_state(struct ctx *x)
+void reset_state(struct ctx *x)
 {
 	fault_clear(&x->g);
 	intr_clear(&x->g);
 }
 
-static const char *unit_name(unsigned int u)
+const char *unit_name(unsigned int u)
 {
 	static const char *names[] = { "HOST", "SEMAPHORE", "COPY", "COMPUTE" };
 
@@ -95,8 +80,8 @@ static const char *unit_name(unsigned int u)
  * Run one case on a fresh channel: submit p (or the raw GPFIFO entry raw[0..1]), then a
  * semaphore release in a second entry, wait, and compare with e. Appends {"what":…} to j.
  */
-static int run_case(struct ctx *x, struct js *j, const char *what, const struct pb *p, const uint32_t *raw,
-		    const struct expect *e)
+int run_case(struct ctx *x, struct js *j, const char *what, const struct pb *p, const uint32_t *raw,
+	     const struct expect *e)
 {
 	struct gpu *g = &x->g;
 	struct raw_dev *d = &x->d;
@@ -106,7 +91,7 @@ static int run_case(struct ctx *x, struct js *j, const char *what, const struct 
 	struct pb fu;
 	unsigned int first;
 	uint64_t sem;
-	uint32_t sem_val = 0, reason = 0, unit = 0, write = 0;
+	uint32_t sem_val = 0, reason = 0, unit = 0, write = 0, preason = 0;
 	int ok, released;
 
 	reset_state(x);
@@ -141,6 +126,8 @@ static int run_case(struct ctx *x, struct js *j, const char *what, const struct 
 		unit = VG_FAULT_INFO_UNIT(f.info);
 		write = VG_FAULT_INFO_WRITE(f.info);
 	}
+	if (o.err == VG_CERR_BAD_PROGRAM)
+		preason = rd32(d, VG_PFIFO_CHAN_ERR_REASON(c.chid));
 	sleep_ms(5);
 	sem_val = vr32(d, sem);
 	released = sem_val == (0xc0ffee00u | c.slot);
@@ -154,6 +141,8 @@ static int run_case(struct ctx *x, struct js *j, const char *what, const struct 
 		     (e->unit < 0 || (unsigned int)e->unit == unit) && (e->write < 0 || (unsigned int)e->write == write) &&
 		     (e->va == ANY_VA || e->va == f.addr);
 	}
+	if (ok && o.err == VG_CERR_BAD_PROGRAM && e->prog_reasons)
+		ok = preason < 32 && (e->prog_reasons & BIT(preason));
 	js_item(j);
 	jsf(j, "{\"what\":\"%s\",\"chid\":%u,\"err\":%u,\"state\":\"0x%x\",\"done\":%d,\"ms\":%.0f", what, c.chid, o.err,
 	    o.state, o.done, o.ms);
@@ -162,6 +151,8 @@ static int run_case(struct ctx *x, struct js *j, const char *what, const struct 
 		    f.addr);
 	else if (o.err)
 		jsf(j, ",\"info\":\"0x%x\"", o.err_info);
+	if (o.err == VG_CERR_BAD_PROGRAM)
+		jsf(j, ",\"reason\":\"%s\"", vg_prog_err_name(preason));
 	if (e->follow_up && released)
 		jsf(j, ",\"later_entry_ran\":true");
 	jsf(j, ",\"ok\":%s}", ok ? "true" : "false");
@@ -170,22 +161,22 @@ static int run_case(struct ctx *x, struct js *j, const char *what, const struct 
 	return ok;
 }
 
-static struct expect mmu(uint32_t reasons, int unit, int write, uint64_t va)
+struct expect mmu(uint32_t reasons, int unit, int write, uint64_t va)
 {
-	struct expect e = { MMU_FAULT_CODES, reasons, unit, write, va, 1 };
+	struct expect e = { MMU_FAULT_CODES, reasons, unit, write, va, 1, 0 };
 
 	return e;
 }
 
-static struct expect code(uint32_t codes)
+struct expect code(uint32_t codes)
 {
-	struct expect e = { codes, 0, -1, -1, ANY_VA, 1 };
+	struct expect e = { codes, 0, -1, -1, ANY_VA, 1, 0 };
 
 	return e;
 }
 
 /* A legit submission on a fresh channel: completes without error. */
-static int legit(struct ctx *x, const struct pb *p)
+int legit(struct ctx *x, const struct pb *p)
 {
 	struct chan c;
 	struct outcome o;

@@ -28,8 +28,40 @@ struct ctx {
 	unsigned int wait_ms;    /* per submission */
 	unsigned int endless_ms; /* how long to wait for the watchdog */
 	unsigned int chid_next, slot_next;
+	unsigned int flood;      /* program-module-flood: distinct modules */
 	int failed;
 };
+
+#define BIT(n) (1u << (n))
+#define ANY_VA (~0ull)
+#define UNIT_HOST 0
+#define UNIT_SEMAPHORE 1
+#define UNIT_COPY 2
+#define UNIT_COMPUTE 3
+
+/* What a case must produce. */
+struct expect {
+	uint32_t codes;   /* allowed PFIFO_CHAN_ERR values, bit c (BIT(0): completing is allowed) */
+	uint32_t reasons; /* MMU_FAULT: allowed reasons, bit r */
+	int unit;         /* MMU_FAULT: -1 any */
+	int write;        /* MMU_FAULT: -1 any */
+	uint64_t va;      /* MMU_FAULT: fault VA, or ANY_VA */
+	int follow_up;    /* a semaphore release in the next entry must not run */
+	uint32_t prog_reasons; /* BAD_PROGRAM: allowed PFIFO_CHAN_ERR_REASON values, bit r (0: any) */
+};
+
+/* Case machinery shared by the attack files (attacks.c). */
+struct js;
+int run_case(struct ctx *x, struct js *j, const char *what, const struct pb *p, const uint32_t *raw,
+	     const struct expect *e);
+struct expect mmu(uint32_t reasons, int unit, int write, uint64_t va);
+struct expect code(uint32_t codes);
+int legit(struct ctx *x, const struct pb *p);
+void reset_state(struct ctx *x);
+unsigned int next_chid(struct ctx *x);
+unsigned int next_slot(struct ctx *x);
+const char *unit_name(unsigned int u);
+uint32_t lcg_steps(uint32_t s, uint64_t n);
 
 int attack_baseline(struct ctx *x);
 int attack_other_slice(struct ctx *x);
@@ -46,6 +78,7 @@ int attack_acquire_forever(struct ctx *x);
 int attack_pramin(struct ctx *x);
 int attack_diag(struct ctx *x);
 int attack_pv(struct ctx *x);
+int attack_programs(struct ctx *x);  /* prog_attacks.c */
 int attack_legit_after(struct ctx *x);
 
 /* Map the locked sysmem pages at VA_SYS (after as_build). */

@@ -19,6 +19,8 @@ int gpu_init(struct gpu *g, struct raw_dev *d)
 	if (g->nchan > VG_MAX_CHANNELS)
 		g->nchan = VG_MAX_CHANNELS;
 	g->pv = rd32(d, VG_PV_MAGIC) == VG_PV_MAGIC_VALUE;
+	for (unsigned int i = 0; i < VG_PPROG_COUNT; i++)
+		g->prog[i] = rd32(d, VG_PPROG_FIRST + 4 * i);
 	if (g->slice < 2 * L_IDENTITY || g->nchan < 2)
 		return -1;
 	wr32(d, VG_PMC_ENABLE, rd32(d, VG_PMC_ENABLE) | VG_PMC_ENABLE_PFIFO);
@@ -187,6 +189,25 @@ void pb_kernel(struct pb *p, uint32_t id, uint64_t params, uint32_t plen, unsign
 		pb_mthd(p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(i), 4, b);
 	}
 	pb_1(p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 0);
+}
+
+void pb_program(struct pb *p, const struct prog_launch *l)
+{
+	uint32_t cfg[6] = { l->grid[0], l->grid[1], l->grid[2], (uint32_t)(l->params >> 32) & 0xff, (uint32_t)l->params, l->plen };
+	uint32_t prog[4] = { (uint32_t)(l->module >> 32) & 0xff, (uint32_t)l->module, l->length, l->entry };
+	uint32_t spec[3] = { (uint32_t)(l->spec >> 32) & 0xff, (uint32_t)l->spec, l->nspec };
+
+	pb_1(p, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, VG_CLASS_COMPUTE);
+	pb_mthd(p, VG_SUBCH_COMPUTE, VG_COMPUTE_GRID_X, 6, cfg);
+	pb_mthd(p, VG_SUBCH_COMPUTE, VG_COMPUTE_PROGRAM_VA_UPPER, 4, prog);
+	pb_1(p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER_COUNT, l->buffer_count == 0xffffffffu ? l->nbuf : l->buffer_count);
+	pb_mthd(p, VG_SUBCH_COMPUTE, VG_COMPUTE_SPEC_VA_UPPER, 3, spec);
+	for (unsigned int i = 0; i < l->nbuf && i < VG_COMPUTE_MAX_BUFFERS; i++) {
+		uint32_t b[4] = { (uint32_t)(l->va[i] >> 32) & 0xff, (uint32_t)l->va[i], l->len[i], l->flags[i] };
+
+		pb_mthd(p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(i), 4, b);
+	}
+	pb_1(p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, VG_LAUNCH_PROGRAM);
 }
 
 static void ring(struct gpu *g, struct chan *c, uint32_t w0, uint32_t w1)

@@ -8,10 +8,12 @@
  *
  * Guest VRAM layout (the slice, guest view; everything below 8 MiB is identity-mapped):
  *   0x000000 page directory         0x0b2000 runlist           0x100000 pushbuffers (64 KiB each)
- *   0x010000 small PT of PDE 0      0x0b3000 semaphores        0x5f0000 kernel params/outputs
- *   0x050000 small PT of PDE 1      0x0c0000 GPFIFO rings      0x600000 SRC (1 MiB)
- *   0x090000 large PT of PDE 2      0x0a0000 instance blocks   0x700000 DST (1 MiB)
- *                                   0x0b0000 USERDs
+ *   0x010000 small PT of PDE 0      0x0b3000 semaphores        0x200000 program modules (2 MiB)
+ *   0x050000 small PT of PDE 1      0x0c0000 GPFIFO rings      0x400000 program buffers (1 MiB)
+ *   0x090000 large PT of PDE 2      0x0a0000 instance blocks   0x5e0000 program push/spec blocks
+ *                                   0x0b0000 USERDs            0x5f0000 kernel params/outputs
+ *                                                              0x600000 SRC (1 MiB)
+ *                                                              0x700000 DST (1 MiB)
  * VA map: [0, 8 MiB) → VRAM identity; 0x04000000 + 4 KiB·i → sysmem page i;
  * 0x08000000 + 4 KiB·i (PDE 1) and 0x10000000 + 128 KiB·i (PDE 2, large) → attack targets.
  */
@@ -46,6 +48,9 @@
 #define L_SEM 0x0b3000ull
 #define L_GPFIFO 0x0c0000ull
 #define L_PB 0x100000ull
+#define L_PROG 0x200000ull
+#define L_PBUF 0x400000ull
+#define L_PPARAM 0x5e0000ull
 #define L_KPARAM 0x5f0000ull
 #define L_KOUT 0x5f8000ull
 #define L_SRC 0x600000ull
@@ -65,6 +70,7 @@ struct gpu {
 	uint64_t slice;      /* PFB: bytes */
 	unsigned int nchan;  /* PFIFO_CHAN_COUNT */
 	int pv;              /* PV page present */
+	uint32_t prog[VG_PPROG_COUNT]; /* PPROG registers (hw-spec §3.10), in order; prog[0] = version */
 	uint8_t runlist[VG_MAX_CHANNELS];
 };
 
@@ -121,6 +127,25 @@ void pb_1(struct pb *p, unsigned int subc, unsigned int mthd, uint32_t v);
 void pb_copy(struct pb *p, uint64_t src, uint64_t dst, uint32_t len);
 void pb_sem_release(struct pb *p, uint64_t va, uint32_t payload);
 void pb_kernel(struct pb *p, uint32_t id, uint64_t params, uint32_t plen, unsigned int nbuf, const uint64_t *va, const uint32_t *len);
+
+/* A program launch (hw-spec §6.3): every method of it, so nothing is left from a previous launch. */
+struct prog_launch {
+	uint64_t module;
+	uint32_t length, entry;
+	uint32_t grid[3];
+	uint64_t params;
+	uint32_t plen;
+	uint64_t spec;
+	uint32_t nspec;
+	unsigned int nbuf;        /* BUFFER(i) methods written */
+	uint32_t buffer_count;    /* BUFFER_COUNT; 0xffffffff = nbuf */
+	uint64_t va[VG_COMPUTE_MAX_BUFFERS];
+	uint32_t len[VG_COMPUTE_MAX_BUFFERS];
+	uint32_t flags[VG_COMPUTE_MAX_BUFFERS];
+};
+void pb_program(struct pb *p, const struct prog_launch *l);
+/* PPROG field by register offset */
+static inline uint32_t gpu_prog(const struct gpu *g, uint32_t reg) { return g->prog[(reg - VG_PPROG_FIRST) / 4]; }
 
 /* Append the pushbuffer as one GPFIFO entry and ring the doorbell. */
 void chan_submit(struct gpu *g, struct chan *c, const struct pb *p);

@@ -3,12 +3,13 @@
  * vugpu-hostile: a malicious guest "driver" for the isolation tests (test/integration/hostile.test.ts).
  *
  *   vugpu-hostile attack [--seed N] [--engine-vram-mib N] [--hold-ms N] [--garbage N]
- *                        [--wait-ms N] [--endless-ms N] [--only a:b:c]
+ *                        [--wait-ms N] [--endless-ms N] [--flood N] [--only a:b:c]
  *       Take the device from any driver, program it directly from docs/hw-spec.md and try to
  *       escape the VM: PTEs into other slices and unmapped guest-physical memory, instance
  *       blocks naming foreign memory, foreign channel ids, runlist garbage, a channel-pool hog,
  *       bad GPFIFO entries and methods, random pushbuffers, an endless kernel, PRAMIN/PDIAG
- *       outside the slice, PV garbage. One VUGPU-CHECK line per attack ("ok": contained as the
+ *       outside the slice, PV garbage, hostile SPIR-V programs (prog_attacks.c; --flood: how
+ *       many distinct modules the flood loads). One VUGPU-CHECK line per attack ("ok": contained as the
  *       spec says), then a legit workload that must still work. Exit status: failed checks.
  *   vugpu-hostile scan
  *       Map BAR1 and check that the VM's VRAM is all zeros (a fresh slice, or one scrubbed after
@@ -43,6 +44,7 @@ static const struct attack attacks[] = {
 	{ "garbage", attack_garbage },
 	{ "endless", attack_endless },
 	{ "acquire", attack_acquire_forever },
+	{ "programs", attack_programs },
 	{ "legit-after", attack_legit_after },
 };
 
@@ -91,7 +93,7 @@ static int scan(void)
 static int usage(void)
 {
 	fprintf(stderr, "usage: vugpu-hostile attack [--seed N] [--engine-vram-mib N] [--hold-ms N] [--garbage N] "
-			"[--wait-ms N] [--endless-ms N] [--only a:b:c]\n       vugpu-hostile scan\nattacks:");
+			"[--wait-ms N] [--endless-ms N] [--flood N] [--only a:b:c]\n       vugpu-hostile scan\nattacks:");
 	for (size_t i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++)
 		fprintf(stderr, " %s", attacks[i].name);
 	fprintf(stderr, "\n");
@@ -134,6 +136,8 @@ int main(int argc, char **argv)
 			x.wait_ms = (unsigned int)strtoul(v, NULL, 0);
 		else if (!strcmp(argv[a], "--endless-ms"))
 			x.endless_ms = (unsigned int)strtoul(v, NULL, 0);
+		else if (!strcmp(argv[a], "--flood"))
+			x.flood = (unsigned int)strtoul(v, NULL, 0);
 		else if (!strcmp(argv[a], "--only"))
 			only = v;
 		else

@@ -30,7 +30,12 @@ const ATTACKS = [
   'baseline', 'pte-other-slice-read', 'pte-other-slice-write', 'pte-other-slice-span', 'pte-other-slice-units',
   'pte-other-slice-large', 'pde-outside-slice', 'pte-unmapped-sysmem', 'instance-outside-slice', 'foreign-chid',
   'runlist-garbage', 'chid-pool-hog', 'pramin-beyond-slice', 'diag-outside', 'pv-garbage', 'bad-gpfifo-entry',
-  'bad-methods', 'garbage-pushbuffer', 'endless-kernel', 'acquire-forever', 'legit-after-attacks',
+  'bad-methods', 'garbage-pushbuffer', 'endless-kernel', 'acquire-forever',
+  // hostile SPIR-V programs (guest/hostile/prog_attacks.c, hw-spec §6.3)
+  'program-invalid-spirv', 'program-module-size', 'program-capability', 'program-oob-access', 'program-endless-loop',
+  'program-loop-limit', 'program-huge-grid', 'program-shared-memory', 'program-bindings', 'program-readonly',
+  'program-foreign-memory', 'program-module-flood',
+  'legit-after-attacks',
 ];
 
 // The hostile VM is the server's --socket VM (named vm0, lowest slice); canary's slice follows
