@@ -71,6 +71,13 @@ guest_source_files() {
   fi | grep '^guest/[^/]*/' | grep -v '^guest/initramfs/' | while IFS= read -r f; do [[ -f $repo/$f ]] && echo "$f"; done | sort -u
 }
 
+# Sources of the SPIR-V modules the image ships (scripts/build-spirv.sh compiles them): the
+# shaders and their includes.
+spirv_source_files() {
+  local repo=$1
+  (cd "$repo" && find guest/programs native/shaders -type f \( -name '*.comp' -o -name '*.glsl' \) 2>/dev/null) | LC_ALL=C sort
+}
+
 # ---------------------------------------------------------------- mounts
 # Every mount made here is recorded and undone by unmount_all (trap EXIT in setup.sh).
 MOUNTED=()

@@ -9,7 +9,8 @@
 #   kernel   vmlinux extracted from the trixie vmlinuz (PVH entry: boots under TCG and KVM)
 #   guest    every guest/<component>/ with a Makefile or build.sh, built inside the rootfs
 #            (kernel modules against the matching headers, static user programs)
-#   initramfs busybox + guest/initramfs/init + the components' outputs, packed with busybox cpio
+#   spirv    the guest programs' SPIR-V modules, compiled on the host (scripts/build-spirv.sh)
+#   initramfs busybox + guest/initramfs/init + the components' outputs + /programs, packed with busybox cpio
 #   manifest $CACHE/manifest.json, read by src/vm/ (how to run QEMU, kernel, initramfs, release)
 #
 # The guest component hook is documented in guest/README.md.
@@ -135,12 +136,45 @@ build_guest() {
 }
 step guest "$GUEST_KEY" build_guest "$GUEST_STAGE/.built"
 
+# ---------------------------------------------------------------- guest programs (SPIR-V)
+# The sample programs (guest/programs/*.comp) and the built-ins' GPU forms
+# (native/shaders/builtins/*.comp), compiled on the host by scripts/build-spirv.sh (glslang is a
+# host tool, not in the rootfs) and shipped as /programs/<name>.spv and /programs/builtins/<name>.spv.
+SPIRV_STAGE=$CACHE/spirv-out
+mapfile -t SPIRV_FILES < <(spirv_source_files "$REPO")
+SPIRV_KEY=$( { echo "$RECIPE"; glslangValidator --version 2>/dev/null | head -1;
+  hash_files "$REPO" "${SPIRV_FILES[@]}" scripts/build-spirv.sh; } | hash_stdin)
+build_spirv() {
+  local src name dst
+  command -v glslangValidator >/dev/null && command -v spirv-val >/dev/null ||
+    die "glslangValidator/spirv-val missing (scripts/ensure-deps.sh installs glslang-tools, spirv-tools)"
+  run_logged spirv bash "$REPO/scripts/build-spirv.sh" || die "SPIR-V build failed (full log: $LOGS/spirv.log)"
+  safe_rm "$SPIRV_STAGE.new"
+  mkdir -p "$SPIRV_STAGE.new/programs/builtins"
+  # only modules whose source still exists (build/spirv may hold stale ones)
+  for src in "${SPIRV_FILES[@]}"; do
+    [[ $src == *.comp ]] || continue
+    case $src in
+      guest/programs/*.comp) dst=programs ;;
+      native/shaders/builtins/*.comp) dst=programs/builtins ;;
+      *) continue ;;
+    esac
+    name=$(basename "$src" .comp)
+    cp "$REPO/build/spirv/${src%.comp}.spv" "$SPIRV_STAGE.new/$dst/$name.spv"
+  done
+  (cd "$SPIRV_STAGE.new" && find . -name '*.spv' | sort) >"$SPIRV_STAGE.new/.built"
+  safe_rm "$SPIRV_STAGE"
+  mv "$SPIRV_STAGE.new" "$SPIRV_STAGE"
+  say "  $(wc -l <"$SPIRV_STAGE/.built") modules in /programs"
+}
+step spirv "$SPIRV_KEY" build_spirv "$SPIRV_STAGE/.built"
+
 # ---------------------------------------------------------------- initramfs
 INITRAMFS=$CACHE/initramfs.cpio.gz
-INIT_KEY=$( { echo "$GUEST_KEY"; hash_files "$REPO" guest/initramfs/init guest/initramfs/test.sh scripts/mkinitramfs.sh;
+INIT_KEY=$( { echo "$GUEST_KEY $SPIRV_KEY"; hash_files "$REPO" guest/initramfs/init guest/initramfs/test.sh scripts/mkinitramfs.sh;
   stat -c '%s %Y' "$ROOTFS/bin/busybox"; } | hash_stdin)
 build_initramfs() {
-  bash "$REPO/scripts/mkinitramfs.sh" "$ROOTFS/bin/busybox" "$REPO/guest/initramfs" "$GUEST_STAGE" "$INITRAMFS.tmp"
+  bash "$REPO/scripts/mkinitramfs.sh" "$ROOTFS/bin/busybox" "$REPO/guest/initramfs" "$GUEST_STAGE" "$INITRAMFS.tmp" "$SPIRV_STAGE"
   mv "$INITRAMFS.tmp" "$INITRAMFS"
   say "  $(du -h "$INITRAMFS" | cut -f1) $INITRAMFS"
 }
@@ -167,7 +201,8 @@ write_manifest() {
       die "the rootfs QEMU ($version) does not list vfio-user-pci"
   fi
   local programs
-  programs=$(cd "$GUEST_STAGE" && find . -type f ! -name '.built' | sed 's/^\.//' | sort | json_array_stdin)
+  programs=$( { (cd "$GUEST_STAGE" && find . -type f ! -name '.built'); (cd "$SPIRV_STAGE" && find . -type f ! -name '.built'); } |
+    sed 's/^\.//' | sort | json_array_stdin)
   cat >"$CACHE/manifest.json.tmp" <<EOF
 {
   "format": 1,
