@@ -20,14 +20,38 @@ export class GpuError extends Error {
   readonly chid: number;
   readonly code: number;
   readonly fault: FaultReport | undefined;
+  /** PFIFO_CHAN_ERR_REASON for BAD_PROGRAM (hw-spec §6.3.6), else 0. */
+  readonly reason: number;
 
-  constructor(chid: number, code: number, fault?: FaultReport) {
+  constructor(chid: number, code: number, fault?: FaultReport, reason = 0) {
     const f = fault ? ` (${S.faultName(fault.reason)} at VA 0x${fault.va.toString(16)}, unit ${fault.unit}, ${fault.write ? 'write' : 'read'})` : '';
-    super(`channel ${chid} stopped: ${S.chanErrName(code)}${f}`);
+    const r = code === S.CHAN_ERR.BAD_PROGRAM ? `/${S.progReasonName(reason)}` : '';
+    super(`channel ${chid} stopped: ${S.chanErrName(code)}${r}${f}`);
     this.chid = chid;
     this.code = code;
     this.fault = fault;
+    this.reason = reason;
   }
+}
+
+/** A SPIR-V module placed in GPU memory (HostDriver.programBuffer). */
+export interface ProgramModule {
+  va: number;
+  length: number;
+}
+
+/** What HostChannel.launchProgram needs beyond the module (hw-spec §6.3). */
+export interface ProgramLaunch {
+  /** Entry-point index (PROGRAM_ENTRY), default 0. */
+  entry?: number;
+  /** Workgroup counts, default 1×1×1. */
+  grid?: [number, number, number];
+  /** Binding i = buffer i; readOnly sets BUFFER_FLAGS.READ_ONLY (the binding must be NonWritable). */
+  buffers: { va: number; length: number; readOnly?: boolean }[];
+  /** Push constants (offset 0). */
+  push?: Uint8Array;
+  /** Specialization constants. */
+  spec?: { id: number; value: number }[];
 }
 
 export interface FaultReport {
@@ -325,6 +349,40 @@ export class HostChannel {
     return this.wait(r.payload);
   }
 
+  /**
+   * Launch a SPIR-V program (hw-spec §6.3) on buffers given by VA ranges; resolves on completion,
+   * rejects with a GpuError (BAD_PROGRAM with its reason, PROGRAM_LOOP_LIMIT, WATCHDOG, MMU_FAULT).
+   * The push and spec blocks travel in the pushbuffer ring just before the methods, as launch()
+   * does with kernel parameters.
+   */
+  launchProgram(module: ProgramModule, l: ProgramLaunch): Promise<void> {
+    const r = this.nextRelease();
+    const push = l.push ?? new Uint8Array(0);
+    const spec = l.spec ?? [];
+    const pushBytes = Math.ceil(push.length / 16) * 16;
+    const data = new Uint8Array(pushBytes + spec.length * 8);
+    data.set(push);
+    const dv = new DataView(data.buffer);
+    spec.forEach((e, i) => {
+      dv.setUint32(pushBytes + 8 * i, e.id >>> 0, true);
+      dv.setUint32(pushBytes + 8 * i + 4, e.value >>> 0, true);
+    });
+    const methods = (base: number) => this.enc.clear().program(S.SUBCH_COMPUTE, {
+      moduleVa: module.va, moduleLength: module.length, entry: l.entry, grid: l.grid,
+      paramVa: base, paramLength: push.length, specVa: base + pushBytes, specCount: spec.length,
+      buffers: l.buffers, semaphore: r,
+    }).words().slice();
+    // The encoding's length does not depend on the VAs: encode, place, encode with the real VA.
+    let words = methods(0);
+    if (data.length > 0) {
+      const dataBytes = Math.ceil(data.length / 16) * 16;
+      const start = this.pbHead + dataBytes + words.length * 4 > this.pbSize ? 0 : this.pbHead;
+      words = methods(this.pbVa + start);
+    }
+    this.submit(words, data.length > 0 ? data : undefined);
+    return this.wait(r.payload);
+  }
+
   /** Launch a kernel on buffers given by VA ranges; resolves on completion. */
   launch(kernel: number, buffers: { va: number; length: number }[], params?: Uint8Array): Promise<void> {
     const r = this.nextRelease();
@@ -449,6 +507,14 @@ export class HostDriver {
     return { addr, va, size, u8: this.engine.vram.u8.subarray(addr, addr + size) };
   }
 
+  /** Place a SPIR-V module (its words or bytes) in VRAM mapped into vm, for launchProgram. */
+  programBuffer(vm: GpuVm, spirv: Uint8Array | Uint32Array): ProgramModule & { buffer: VramBuffer } {
+    const bytes = spirv instanceof Uint32Array ? new Uint8Array(spirv.buffer, spirv.byteOffset, spirv.byteLength) : spirv;
+    const buffer = this.vramBuffer(vm, Math.max(bytes.length, 1));
+    buffer.u8.set(bytes);
+    return { va: buffer.va, length: bytes.length, buffer };
+  }
+
   /** Allocate system memory and map it into vm. */
   sysmemBuffer(vm: GpuVm, size: number, opts: MapOptions = {}): SysmemBuffer & { va: number } {
     const b = this.allocSysmem(size);
@@ -539,7 +605,8 @@ export class HostDriver {
           if (!ch) continue;
           const code = this.rd(S.PFIFO_CHAN_ERR + 8 * chid);
           const fault = code === S.CHAN_ERR.MMU_FAULT && this.lastFault?.chid === chid ? this.lastFault : undefined;
-          ch.failed(new GpuError(chid, code, fault));
+          const reason = code === S.CHAN_ERR.BAD_PROGRAM ? this.rd(S.PFIFO_CHAN_ERR_REASON + 4 * chid) : 0;
+          ch.failed(new GpuError(chid, code, fault, reason));
         }
       }
     }

@@ -1,7 +1,7 @@
 // Pushbuffer encoder (hw-spec §5): method headers in the GF100 format, host methods and the
 // copy/compute launch sequences. Used by the host driver, the tests and the aggregator.
 import {
-  COMPUTE, COPY, HOST, LAUNCH, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
+  BUFFER_READ_ONLY, COMPUTE, COPY, HOST, LAUNCH, LAUNCH_PROGRAM, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
 } from '../spec.ts';
 
 const TWO32 = 0x1_0000_0000;
@@ -36,6 +36,26 @@ export interface ComputeLaunch {
   paramVa?: number;
   paramLength?: number;
   buffers: { va: number; length: number }[];
+  semaphore?: SemaphoreRelease;
+}
+
+/** A SPIR-V program launch (hw-spec §6.3): every method of it, so no state of an earlier launch leaks in. */
+export interface ProgramLaunchMethods {
+  /** Module VA and byte length (PROGRAM_VA, PROGRAM_LENGTH). */
+  moduleVa: number;
+  moduleLength: number;
+  /** PROGRAM_ENTRY: index among the module's GLCompute entry points. */
+  entry?: number;
+  /** Workgroup counts. */
+  grid?: [number, number, number];
+  /** Push-constant block (PARAM_VA/LENGTH). */
+  paramVa?: number;
+  paramLength?: number;
+  /** Specialization block: {u32 id, u32 value} pairs (SPEC_VA, SPEC_COUNT). */
+  specVa?: number;
+  specCount?: number;
+  /** Binding i = buffer i. */
+  buffers: { va: number; length: number; readOnly?: boolean }[];
   semaphore?: SemaphoreRelease;
 }
 
@@ -141,6 +161,23 @@ export class Pushbuffer {
       this.inc(subch, COMPUTE.BUFFER_BASE, ...words);
     }
     return this.inc(subch, COMPUTE.LAUNCH, launchFlags(0, k.semaphore, this, subch, COMPUTE.SET_SEMAPHORE_A));
+  }
+
+  /** A program launch on `subch` (bound to 0x90c0): grid, push block, module, spec block, buffers, LAUNCH|PROGRAM. */
+  program(subch: number, k: ProgramLaunchMethods): this {
+    const g = k.grid ?? [1, 1, 1];
+    const pva = k.paramVa ?? 0;
+    const sva = k.specVa ?? 0;
+    this.inc(subch, COMPUTE.GRID_X, g[0], g[1], g[2], hi8(pva), lo32(pva), k.paramLength ?? 0);
+    this.inc(subch, COMPUTE.PROGRAM_VA_UPPER, hi8(k.moduleVa), lo32(k.moduleVa), k.moduleLength >>> 0, k.entry ?? 0);
+    this.inc(subch, COMPUTE.BUFFER_COUNT, k.buffers.length);
+    this.inc(subch, COMPUTE.SPEC_VA_UPPER, hi8(sva), lo32(sva), k.specCount ?? 0);
+    if (k.buffers.length > 0) {
+      const words: number[] = [];
+      for (const b of k.buffers) words.push(hi8(b.va), lo32(b.va), b.length >>> 0, b.readOnly ? BUFFER_READ_ONLY : 0);
+      this.inc(subch, COMPUTE.BUFFER_BASE, ...words);
+    }
+    return this.inc(subch, COMPUTE.LAUNCH, (launchFlags(0, k.semaphore, this, subch, COMPUTE.SET_SEMAPHORE_A) | LAUNCH_PROGRAM) >>> 0);
   }
 
   private push(w: number): this {

@@ -1,0 +1,126 @@
+// HostChannel.launchProgram (hw-spec §6.3) on a bare engine: the method encoding of a program
+// launch (grid, push block, module, spec block, buffers with READ_ONLY, LAUNCH|PROGRAM) and the
+// BAD_PROGRAM reason in GpuError. Without a program device every launch is BAD_PROGRAM /
+// UNSUPPORTED; with the Vulkan device (lavapipe here; VUGPU_TEST_VULKAN_DEVICE picks another)
+// the sample vecadd, a specialization constant and refusals with their reasons.
+import { execFileSync } from 'node:child_process';
+import { readFileSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { native } from '../../src/native.ts';
+import { GpuError } from '../../src/gpu/host-driver/driver.ts';
+import { VulkanBackend } from '../../src/gpu/vulkan.ts';
+import { CHAN_ERR, PROG_REASON } from '../../src/gpu/spec.ts';
+import { rig, type Rig } from './helpers.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+
+function spirv(rel: string): Uint8Array {
+  return new Uint8Array(readFileSync(path.join(ROOT, 'build/spirv', rel)));
+}
+
+/** Compile a GLSL compute shader with glslangValidator (a host tool setup installs). */
+function glsl(src: string): Uint8Array {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
+  try {
+    writeFileSync(path.join(dir, 's.comp'), src);
+    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
+    return new Uint8Array(readFileSync(path.join(dir, 's.spv')));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function failure(p: Promise<void>): Promise<GpuError> {
+  const e = await p.then(() => null, (err: unknown) => err);
+  expect(e).toBeInstanceOf(GpuError);
+  return e as GpuError;
+}
+
+beforeAll(() => {
+  execFileSync('bash', [path.join(ROOT, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
+});
+
+describe('launchProgram without a program device', () => {
+  let r: Rig;
+  beforeAll(() => {
+    r = rig();
+  });
+  afterAll(() => r.close());
+
+  it('is refused with BAD_PROGRAM / UNSUPPORTED, and the rebound channel still copies', async () => {
+    const mod = r.drv.programBuffer(r.vm, spirv('guest/programs/vecadd.spv'));
+    const c = r.vram(4096);
+    const e = await failure(r.ch.launchProgram(mod, { buffers: [{ va: c.va, length: 4096 }], push: new Uint8Array(4) }));
+    expect(e.code).toBe(CHAN_ERR.BAD_PROGRAM);
+    expect(e.reason).toBe(PROG_REASON.UNSUPPORTED);
+    expect(e.message).toContain('BAD_PROGRAM/UNSUPPORTED');
+    r.ch.bind();
+    const a = r.vram(4096);
+    a.u32.fill(7);
+    await r.ch.copy(c.va, a.va, 4096);
+    expect(c.u32[1023]).toBe(7);
+  });
+});
+
+// Runs once the addon has the Vulkan device (as test/gpu/builtins-spirv.test.ts).
+const haveBackend = typeof (native as { vulkanOpen?: unknown }).vulkanOpen === 'function';
+
+describe.skipIf(!haveBackend)('launchProgram on the Vulkan device', () => {
+  let r: Rig;
+  beforeAll(() => {
+    r = rig({ programs: VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined) });
+  });
+  afterAll(() => r?.close());
+
+  it('runs vecadd with read-only inputs and push constants', async () => {
+    const n = 1000;
+    const mod = r.drv.programBuffer(r.vm, spirv('guest/programs/vecadd.spv'));
+    const a = r.vram(4 * n), b = r.vram(4 * n), c = r.vram(4 * n);
+    for (let i = 0; i < n; i++) {
+      a.f32[i] = i * 0.5;
+      b.f32[i] = 1000 - i;
+    }
+    const push = new Uint8Array(new Uint32Array([n]).buffer);
+    await r.ch.launchProgram(mod, {
+      grid: [Math.ceil(n / 256), 1, 1], push,
+      buffers: [{ va: a.va, length: 4 * n, readOnly: true }, { va: b.va, length: 4 * n, readOnly: true }, { va: c.va, length: 4 * n }],
+    });
+    for (let i = 0; i < n; i++) expect(c.f32[i]).toBe(Math.fround(i * 0.5 + (1000 - i)));
+  });
+
+  it('passes specialization constants and push constants together', async () => {
+    const mod = r.drv.programBuffer(r.vm, glsl(`#version 450
+      layout(local_size_x = 64) in;
+      layout(constant_id = 7) const uint K = 1u;
+      layout(set = 0, binding = 0) writeonly buffer O { uint o[]; };
+      layout(push_constant) uniform P { uint add; } p;
+      void main() { o[gl_GlobalInvocationID.x] = K * 1000u + p.add + gl_GlobalInvocationID.x; }`));
+    const o = r.vram(4 * 128);
+    await r.ch.launchProgram(mod, {
+      grid: [2, 1, 1], push: new Uint8Array(new Uint32Array([5]).buffer), spec: [{ id: 7, value: 42 }],
+      buffers: [{ va: o.va, length: 4 * 128 }],
+    });
+    for (let i = 0; i < 128; i++) expect(o.u32[i]).toBe(42_000 + 5 + i);
+  });
+
+  it('reports the BAD_PROGRAM reason: entry point, writable READ_ONLY binding, grid; the rebound channel works', async () => {
+    const mod = r.drv.programBuffer(r.vm, spirv('guest/programs/vecadd.spv'));
+    const bufs = [r.vram(4096), r.vram(4096), r.vram(4096)];
+    const buffers = bufs.map((x, i) => ({ va: x.va, length: 4096, readOnly: i < 2 }));
+    const push = new Uint8Array(new Uint32Array([16]).buffer);
+    const cases: [Parameters<typeof r.ch.launchProgram>[1], number][] = [
+      [{ entry: 1, buffers, push }, PROG_REASON.ENTRY_POINT],
+      [{ buffers: buffers.map((x) => ({ ...x, readOnly: true })), push }, PROG_REASON.BINDING_WRITABLE],
+      [{ grid: [65536, 1, 1], buffers, push }, PROG_REASON.GRID],
+      [{ buffers: buffers.slice(0, 2), push }, PROG_REASON.BINDING],
+    ];
+    for (const [l, reason] of cases) {
+      const e = await failure(r.ch.launchProgram(mod, l));
+      expect([e.code, e.reason]).toEqual([CHAN_ERR.BAD_PROGRAM, reason]);
+      r.ch.bind();
+    }
+    await r.ch.launchProgram(mod, { buffers, push });
+  });
+});
