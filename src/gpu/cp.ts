@@ -296,14 +296,35 @@ export class CommandProcessor implements ClassContext {
       if (met === null) return STOP;
       if (met) return CONTINUE;
       ch.wait = WAIT_ACQUIRE;
-      this.acquirers.add(ch);
-      if (!this.acquireTimer) {
-        this.acquireTimer = setInterval(() => this.recheckAcquires(), ACQUIRE_POLL_MS);
-        this.acquireTimer.unref();
-      }
+      this.pollAcquire(ch);
       return BLOCK;
     }
     return this.error(ch, CHAN_ERR.BAD_METHOD_DATA);
+  }
+
+  private pollAcquire(ch: ChannelState): void {
+    this.acquirers.add(ch);
+    if (!this.acquireTimer) {
+      this.acquireTimer = setInterval(() => this.recheckAcquires(), ACQUIRE_POLL_MS);
+      this.acquireTimer.unref();
+    }
+  }
+
+  /**
+   * After a restore (gpu/persist.ts): rebuild what the command processor keeps beside a
+   * channel's plain state — the words of the segment being decoded (re-read from memory; a
+   * fault stops the channel as a fetch would) and the semaphore-acquire poll.
+   */
+  resumeChannel(ch: ChannelState): void {
+    const cur = ch.cursor;
+    if (cur) {
+      const bytes = this.readVa(ch, cur.segVa, cur.dwords * 4, UNIT.HOST);
+      if (!bytes) return;
+      this.words[ch.chid] = (bytes.byteOffset & 3) === 0
+        ? new Uint32Array(bytes.buffer, bytes.byteOffset, cur.dwords)
+        : new Uint32Array(bytes.slice().buffer);
+    }
+    if (ch.wait === WAIT_ACQUIRE && ch.error === 0) this.pollAcquire(ch);
   }
 
   /** true/false = condition, null = the read faulted (channel stopped). */

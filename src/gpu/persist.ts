@@ -112,48 +112,15 @@ function bigintOf(v: unknown, what: string): bigint {
   return BigInt(v);
 }
 
-/** What resumeEngine needs of the command processor (cp.ts): its transient per-channel state,
- * rebuilt here from the channels because cp.ts keeps it private. */
-interface CpTransient {
-  words: (Uint32Array | null)[];
-  acquirers: Set<ChannelState>;
-  acquireTimer: NodeJS.Timeout | null;
-}
-
-function cpTransient(engine: Engine): CpTransient {
-  const c = engine.cp as unknown as CpTransient;
-  if (!Array.isArray(c.words) || !(c.acquirers instanceof Set) || !('acquireTimer' in c)) {
-    throw new Error('gpu/persist: the command processor no longer has words/acquirers/acquireTimer; update resumeEngine');
-  }
-  return c;
-}
-
 /**
  * Let a restored engine run: re-read the pushbuffer segment of every channel stopped inside
  * one, re-arm the semaphore-acquire poll, fail the channels whose work was lost (ENGINE_LOST,
  * with the usual interrupt and listener events) and kick every channel with work left.
  */
 export function resumeEngine(engine: Engine, lost: readonly number[]): void {
-  const cp = cpTransient(engine);
   const lostSet = new Set(lost);
   for (const ch of engine.fifo.channels) {
-    if (!ch.bound || lostSet.has(ch.chid)) continue;
-    const cur = ch.cursor;
-    if (cur) {
-      // As cp.ts fetch(): a VRAM segment is a live view, sysmem a copy. A fault stops the channel.
-      const bytes = engine.cp.readVa(ch, cur.segVa, cur.dwords * 4, UNIT.HOST);
-      if (!bytes) continue;
-      cp.words[ch.chid] = (bytes.byteOffset & 3) === 0
-        ? new Uint32Array(bytes.buffer, bytes.byteOffset, cur.dwords)
-        : new Uint32Array(bytes.slice().buffer);
-    }
-    if (ch.wait === WAIT_ACQUIRE && ch.error === 0) {
-      cp.acquirers.add(ch);
-      if (!cp.acquireTimer) {
-        cp.acquireTimer = setInterval(() => engine.cp.recheckAcquires(), 1);
-        cp.acquireTimer.unref();
-      }
-    }
+    if (ch.bound && !lostSet.has(ch.chid)) engine.cp.resumeChannel(ch);
   }
   failLost(engine, lost);
   engine.fifo.kickAll();
