@@ -39,18 +39,29 @@ export interface JobCompletion {
 
 export interface NativeAddon {
   // ---- UNIX stream sockets with fd passing ----
-  /** socket+bind+listen, non-blocking, CLOEXEC. Removes a stale socket file first. */
-  listenUnix(path: string, backlog: number): number;
+  /** socket+bind+listen, non-blocking, CLOEXEC. Removes a stale socket file first.
+   * seqpacket: SOCK_SEQPACKET (message boundaries kept; the fd keeper's protocol). */
+  listenUnix(path: string, backlog: number, seqpacket?: boolean): number;
   /** accept4 non-blocking; returns fd, or -EAGAIN (-11) when none is pending. */
   accept(listenFd: number): number;
   /** connect (blocking connect, then the fd is set non-blocking if nonblock). */
-  connectUnix(path: string, nonblock: boolean): number;
+  connectUnix(path: string, nonblock: boolean, seqpacket?: boolean): number;
   socketpair(): [number, number];
   setNonblock(fd: number, on: boolean): void;
   /** recvmsg into buf (up to buf.length); fds received go to fdsOut[1..], fdsOut[0] = count
    * (or -1 if control data was truncated or there were more fds than fdsOut has room for; the
    * extra fds are closed). Returns bytes (0 = EOF) or -errno. */
-  recvmsg(fd: number, buf: Uint8Array, fdsOut: Int32Array): number;
+  recvmsg(fd: number, buf: Uint8Array, fdsOut: Int32Array, peek?: boolean): number;
+  /** setsockopt(SO_PEEK_OFF): offset >= 0 makes MSG_PEEK reads start that far into the queue
+   * and advance (-1: off). Per socket, not per fd. Returns 0 or -errno. */
+  setPeekOffset(fd: number, offset: number): number;
+  /** getsockopt(SO_PEERCRED) of a connected UNIX socket, or -errno. */
+  peerCred(fd: number): { pid: number; uid: number; gid: number } | number;
+  /** One datagram (with optional SCM_RIGHTS fds) to a UNIX datagram socket path ('@' =
+   * abstract namespace) from a fresh socket: sd_notify. Returns bytes or -errno. */
+  sendDatagram(path: string, data: Uint8Array, fds?: number[]): number;
+  /** A bound non-blocking UNIX datagram socket ('@' = abstract); fd or -errno. */
+  bindDatagram(path: string): number;
   /** one sendmsg with the whole buffer and its fds (SCM_RIGHTS), MSG_NOSIGNAL; loops on partial
    * writes (fds go with the first chunk). On a full non-blocking socket it polls for room for up
    * to 2 s rather than split a message: then -EAGAIN if nothing was sent, -ETIMEDOUT if only part

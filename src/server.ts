@@ -3,7 +3,7 @@
 // its own directory (docs/architecture.md).
 import fs from 'node:fs';
 import path from 'node:path';
-import { Server } from './device-model/server.ts';
+import { Server, type ServerPersistence } from './device-model/server.ts';
 import type { PciDevice } from './device-model/device.ts';
 import { Engine } from './gpu/engine.ts';
 import { VulkanBackend } from './gpu/vulkan.ts';
@@ -50,6 +50,9 @@ export interface VugpuOptions {
   /** Accept DMA fds that are not sealed against shrinking (memory-backend-file guests). A
    * client that truncates such a file can crash the server: trusted clients only. */
   allowUnsealedDma?: boolean;
+  /** Restartable serving (src/persist/serve.ts): sockets deposited with the fd keeper,
+   * journalled reads, checkpoint hooks. */
+  persistence?: ServerPersistence;
   /** Engine backend (default auto). */
   engine?: EngineBackend;
   /** Vulkan device to use (substring of its name); default: the first suitable one. */
@@ -106,7 +109,10 @@ export class Vugpu {
       programs: this.programs, builtinsOnPrograms: backend === 'vulkan',
     });
     this.metrics.setEngineInfo({ backend, device: this.programs?.device ?? 'none' });
-    this.server = new Server(opts.allowUnsealedDma ? { limits: { dmaRequireSealed: false } } : {});
+    this.server = new Server({
+      ...(opts.allowUnsealedDma ? { limits: { dmaRequireSealed: false } } : {}),
+      persistence: opts.persistence,
+    });
     const pt = opts.vms.filter((v) => v.mode === 'pt');
     if (pt.length > 0 && opts.vms.length > 1) {
       throw new Error('mode pt gives one VM the whole engine: it cannot be combined with other VMs');

@@ -38,6 +38,21 @@ bool FillSockaddr(Napi::Env env, const std::string& path, sockaddr_un* sa, sockl
   return true;
 }
 
+// Like FillSockaddr, but a leading '@' names the abstract namespace (systemd's NOTIFY_SOCKET
+// may be "@/org/freedesktop/systemd1/notify").
+bool FillSockaddrAny(Napi::Env env, const std::string& path, sockaddr_un* sa, socklen_t* len) {
+  if (path.empty() || path[0] != '@') return FillSockaddr(env, path, sa, len);
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  if (path.size() > sizeof sa->sun_path) {
+    ThrowRangeError(env, "abstract socket name must be 1..%zu bytes", sizeof sa->sun_path - 1);
+    return false;
+  }
+  memcpy(sa->sun_path + 1, path.data() + 1, path.size() - 1);
+  *len = socklen_t(offsetof(sockaddr_un, sun_path) + path.size());
+  return true;
+}
+
 int SetNonblockFd(int fd, bool on) {
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
@@ -50,7 +65,9 @@ Napi::Value ListenUnix(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path;
   int64_t backlog;
-  if (!ArgString(info, 0, "path", &path) || !ArgInt(info, 1, "backlog", 1, 4096, &backlog))
+  bool seqpacket;
+  if (!ArgString(info, 0, "path", &path) || !ArgInt(info, 1, "backlog", 1, 4096, &backlog) ||
+      !ArgOptBool(info, 2, "seqpacket", false, &seqpacket))
     return env.Undefined();
   sockaddr_un sa;
   socklen_t salen;
@@ -58,7 +75,7 @@ Napi::Value ListenUnix(const Napi::CallbackInfo& info) {
   // A stale socket file from a previous run would make bind fail with EADDRINUSE.
   struct stat st;
   if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_UNIX, (seqpacket ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno(env, errno);
   if (bind(fd, reinterpret_cast<sockaddr*>(&sa), salen) < 0 || listen(fd, int(backlog)) < 0) {
     int e = errno;
@@ -83,12 +100,14 @@ Napi::Value ConnectUnix(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path;
   bool nonblock;
-  if (!ArgString(info, 0, "path", &path) || !ArgOptBool(info, 1, "nonblock", false, &nonblock))
+  bool seqpacket;
+  if (!ArgString(info, 0, "path", &path) || !ArgOptBool(info, 1, "nonblock", false, &nonblock) ||
+      !ArgOptBool(info, 2, "seqpacket", false, &seqpacket))
     return env.Undefined();
   sockaddr_un sa;
   socklen_t salen;
   if (!FillSockaddr(env, path, &sa, &salen)) return env.Undefined();
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_UNIX, (seqpacket ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno(env, errno);
   int r;
   do r = connect(fd, reinterpret_cast<sockaddr*>(&sa), salen);
@@ -145,6 +164,10 @@ Napi::Value RecvMsg(const Napi::CallbackInfo& info) {
     ThrowRangeError(env, "buf must not be empty");
     return env.Undefined();
   }
+  // Optional peek: MSG_PEEK (the bytes stay queued; with SO_PEEK_OFF set, successive peeks
+  // advance through the queue). fds come back as fresh duplicates on every peek.
+  bool peek;
+  if (!ArgOptBool(info, 3, "peek", false, &peek)) return env.Undefined();
   int32_t* fo = fdsOut.Data();
   size_t fdCap = fdsOut.ElementLength() - 1;
   fo[0] = 0;
@@ -159,7 +182,7 @@ Napi::Value RecvMsg(const Napi::CallbackInfo& info) {
   mh.msg_control = cbuf;
   mh.msg_controllen = sizeof cbuf;
   ssize_t r;
-  do r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+  do r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | (peek ? MSG_PEEK : 0));
   while (r < 0 && errno == EINTR);
   if (r < 0) return Errno(env, errno == EWOULDBLOCK ? EAGAIN : errno);
   size_t nf = 0;
@@ -261,6 +284,113 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
     return Errno(env, r < 0 ? errno : EIO);
   }
   return Napi::Number::New(env, double(sent));
+}
+
+// setsockopt(SO_PEEK_OFF): -1 turns peek offsets off; n >= 0 makes the next MSG_PEEK start n
+// bytes into the queue (and advance). Returns 0 or -errno.
+Napi::Value SetPeekOffset(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  int64_t off;
+  if (!ArgFd(info, 0, &fd) || !ArgInt(info, 1, "offset", -1, INT32_MAX, &off)) return env.Undefined();
+  int v = int(off);
+  if (setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &v, sizeof v) < 0) return Errno(env, errno);
+  return Napi::Number::New(env, 0);
+}
+
+// getsockopt(SO_PEERCRED): the connected peer's {pid, uid, gid}, or -errno.
+Napi::Value PeerCred(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  ucred cr{};
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) return Errno(env, errno);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("pid", Napi::Number::New(env, cr.pid));
+  o.Set("uid", Napi::Number::New(env, cr.uid));
+  o.Set("gid", Napi::Number::New(env, cr.gid));
+  return o;
+}
+
+// One datagram with optional fds to an AF_UNIX datagram socket by path ('@' = abstract), from
+// a fresh unbound socket: sd_notify (FDSTORE=1 with the fds to keep). Returns bytes or -errno.
+Napi::Value SendDatagram(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path;
+  uint8_t* data;
+  size_t len;
+  if (!ArgString(info, 0, "path", &path) || !ValueBytes(env, info[1], "data", &data, &len)) return env.Undefined();
+  int fds[kMaxFds];
+  size_t nfds = 0;
+  if (info.Length() > 2 && !info[2].IsUndefined() && !info[2].IsNull()) {
+    if (!info[2].IsArray()) {
+      ThrowTypeError(env, "fds must be an array of numbers");
+      return env.Undefined();
+    }
+    Napi::Array arr = info[2].As<Napi::Array>();
+    if (arr.Length() > kMaxFds) {
+      ThrowRangeError(env, "at most %zu fds per message", kMaxFds);
+      return env.Undefined();
+    }
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      int64_t v;
+      if (!ValueInt(env, arr.Get(i), "fds[i]", 0, INT32_MAX, &v)) return env.Undefined();
+      fds[nfds++] = int(v);
+    }
+  }
+  sockaddr_un sa;
+  socklen_t salen;
+  if (!FillSockaddrAny(env, path, &sa, &salen)) return env.Undefined();
+  int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return Errno(env, errno);
+  iovec iov{data, len};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  msghdr mh{};
+  mh.msg_name = &sa;
+  mh.msg_namelen = salen;
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (nfds > 0) {
+    mh.msg_control = cbuf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    memset(cbuf, 0, mh.msg_controllen);
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  ssize_t r;
+  do r = sendmsg(s, &mh, MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  int e = errno;
+  close(s);
+  if (r < 0) return Errno(env, e);
+  return Napi::Number::New(env, double(r));
+}
+
+// A bound, non-blocking AF_UNIX datagram socket ('@' = abstract): what systemd's notify socket
+// is, for tests and tools that stand in for it. Returns fd or -errno.
+Napi::Value BindDatagram(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path;
+  if (!ArgString(info, 0, "path", &path)) return env.Undefined();
+  sockaddr_un sa;
+  socklen_t salen;
+  if (!FillSockaddrAny(env, path, &sa, &salen)) return env.Undefined();
+  if (path[0] != '@') {
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+  }
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno(env, errno);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), salen) < 0) {
+    int e = errno;
+    close(fd);
+    return Errno(env, e);
+  }
+  return Napi::Number::New(env, fd);
 }
 
 Napi::Value Close(const Napi::CallbackInfo& info) {
@@ -410,6 +540,10 @@ void RegisterSockets(Napi::Env env, Napi::Object exports) {
   exports.Set("recvmsg", Napi::Function::New(env, RecvMsg, "recvmsg"));
   exports.Set("sendmsg", Napi::Function::New(env, SendMsg, "sendmsg"));
   exports.Set("close", Napi::Function::New(env, Close, "close"));
+  exports.Set("setPeekOffset", Napi::Function::New(env, SetPeekOffset, "setPeekOffset"));
+  exports.Set("peerCred", Napi::Function::New(env, PeerCred, "peerCred"));
+  exports.Set("sendDatagram", Napi::Function::New(env, SendDatagram, "sendDatagram"));
+  exports.Set("bindDatagram", Napi::Function::New(env, BindDatagram, "bindDatagram"));
   exports.Set("watch", Napi::Function::New(env, WatchFd, "watch"));
   exports.Set("unwatch", Napi::Function::New(env, Unwatch, "unwatch"));
   napi_add_env_cleanup_hook(env, CleanupWatches, static_cast<napi_env>(env));

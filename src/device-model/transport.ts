@@ -7,6 +7,16 @@ import { native, EAGAIN } from '../native.ts';
 import { logger } from '../log.ts';
 import { FramingError, MessageFramer, SCM_MAX_FD, type IncomingMessage } from './framing.ts';
 
+const NO_REPLY = 0x10; // MsgFlag.NO_REPLY (protocol.ts)
+
+function monoMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
+function sameId(a: { msgId: number; command: number; size: number; flags: number }, m: IncomingMessage): boolean {
+  return a.msgId === m.msgId && a.command === m.command && a.size === m.size && a.flags === m.flags;
+}
+
 export type CloseKind = 'eof' | 'error' | 'framing' | 'local';
 
 export interface CloseReason {
@@ -15,9 +25,43 @@ export interface CloseReason {
   errno?: number;
 }
 
+/**
+ * What a successor knows about a request it finds queued on an adopted connection
+ * (docs/architecture.md "Surviving a restart"). Given to the sink with the first request after
+ * adoption and with every request whose arrival time the keeper sampled.
+ */
+export interface Recovery {
+  /** Where the dead server's journal was on this very request ('none': not on it). */
+  slot: 'none' | 'seen' | 'intent' | 'replied';
+  /** The adopted checkpoint already holds this request's effects. */
+  applied: boolean;
+  /** How long the request has been waiting, ms, when known. */
+  waitedMs: number | null;
+}
+
+/** The per-connection request journal the transport keeps in peek mode (src/persist/journal.ts
+ * implements it in shared memory). */
+export interface RequestJournal {
+  seen(msgId: number, command: number, size: number, flags: number, seenAt: number): void;
+  intent(): void;
+  replied(): void;
+  consumed(): void;
+}
+
+/** Adoption of a connection from a dead (or upgraded) server. */
+export interface AdoptedConnection {
+  /** The journal slot as the previous server left it. */
+  slot: { state: 'idle' | 'seen' | 'intent' | 'replied'; msgId: number; command: number; size: number; flags: number; seenAt: number };
+  /** The request the adopted checkpoint says was being handled (its effects are in it). */
+  applied: { msgId: number; command: number; size: number; flags: number } | null;
+  /** Monotonic ms at which queued requests were first seen (keeper samples), in queue order. */
+  arrivals: number[];
+}
+
 export interface TransportSink {
-  /** One complete message. `msg` and its buffer are only valid during the call. */
-  onMessage(msg: IncomingMessage): void;
+  /** One complete message. `msg` and its buffer are only valid during the call. `recovery` is
+   * given for requests found queued on an adopted connection. */
+  onMessage(msg: IncomingMessage, recovery?: Recovery): void;
   /** Called once, after the fd is closed. */
   onClose(reason: CloseReason): void;
 }
@@ -51,6 +95,14 @@ export interface SocketTransportOptions {
   queueSends?: boolean;
   /** With queueSends: how long a queued message may wait without progress (default 5000). */
   unreadTimeoutMs?: number;
+  /**
+   * Journalled reads: requests are read with MSG_PEEK and consumed from the socket only after
+   * their reply is out (or, for posted writes, once handled), and every step is recorded here,
+   * so a successor process finds an unanswered request still queued (src/persist/journal.ts).
+   */
+  journal?: RequestJournal;
+  /** The connection is adopted from a previous server: what it left behind. */
+  adopted?: AdoptedConnection;
 }
 
 interface Queued {
@@ -80,8 +132,18 @@ export class SocketTransport implements Transport {
   private readonly unreadTimeoutMs: number;
   private readonly queue: Queued[] = [];
   private stallTimer: NodeJS.Timeout | null = null;
+  // Peek mode (journal): bytes of the request being handled, still to be consumed from the
+  // socket once its reply is out.
+  private readonly journal: RequestJournal | null;
+  private readonly peek: boolean;
+  private pendingConsume = 0;
+  private suspended = false;
+  private delivered = 0;
+  private adopted: AdoptedConnection | null;
+  private scratch: Uint8Array | null = null;
   private readonly deliver = (msg: IncomingMessage): void => {
-    this.sink!.onMessage(msg);
+    if (this.peek) this.deliverJournalled(msg);
+    else this.sink!.onMessage(msg);
   };
 
   constructor(fd: number, opts: SocketTransportOptions) {
@@ -90,6 +152,9 @@ export class SocketTransport implements Transport {
     this.framer = new MessageFramer({ maxMessageSize: opts.maxMessageSize, maxFdsPerMessage: opts.maxFdsPerMessage });
     this.queueSends = opts.queueSends ?? false;
     this.unreadTimeoutMs = opts.unreadTimeoutMs ?? 5000;
+    this.journal = opts.journal ?? null;
+    this.peek = this.journal !== null;
+    this.adopted = opts.adopted ?? null;
   }
 
   /** Bytes of queued messages not yet in the socket (queueSends only). */
@@ -106,15 +171,72 @@ export class SocketTransport implements Transport {
   start(sink: TransportSink): void {
     if (this.sink) throw new Error('transport already started');
     this.sink = sink;
+    // The peek offset belongs to the socket, not to us: a dead predecessor (or the keeper,
+    // sampling arrivals) may have left it anywhere. Nothing of this connection is buffered yet.
+    if (this.peek && native.setPeekOffset(this.fd, 0) < 0) throw new Error(`${this.name}: SO_PEEK_OFF is not supported`);
     this.watchHandle = native.watch(this.fd, (status, events) => this.onReady(status, events));
+  }
+
+  /** Peek mode: journal the request, hand it over, and consume it once its reply is out. */
+  private deliverJournalled(msg: IncomingMessage): void {
+    const j = this.journal!;
+    const k = this.delivered++;
+    let recovery: Recovery | undefined;
+    let seenAt = monoMs();
+    const a = this.adopted;
+    if (a !== null) {
+      let slot: Recovery['slot'] = 'none';
+      let applied = false;
+      let first: number | undefined = a.arrivals[k];
+      if (k === 0 && a.slot.state !== 'idle' && sameId(a.slot, msg)) {
+        slot = a.slot.state;
+        first = first === undefined ? a.slot.seenAt : Math.min(first, a.slot.seenAt);
+        applied = a.applied !== null && sameId(a.applied, msg);
+      }
+      if (first !== undefined) seenAt = first;
+      recovery = { slot, applied, waitedMs: first === undefined ? null : monoMs() - first };
+      if (k + 1 >= a.arrivals.length) this.adopted = null; // later requests are fresh
+    }
+    j.seen(msg.msgId, msg.command, msg.size, msg.flags, seenAt);
+    this.pendingConsume = msg.size;
+    if (recovery) this.sink!.onMessage(msg, recovery);
+    else this.sink!.onMessage(msg);
+    if (this.isClosed || this.queue.length > 0) return; // consumed once the queued reply is out
+    if ((msg.flags & NO_REPLY) !== 0 || recovery !== undefined) j.replied();
+    this.consume();
+  }
+
+  /** Remove the handled request's bytes (and the original fds, whose duplicates the peek
+   * delivered) from the socket. */
+  private consume(): void {
+    let left = this.pendingConsume;
+    this.pendingConsume = 0;
+    if (left === 0) return;
+    if (this.scratch === null || this.scratch.length < Math.min(left, 65536)) this.scratch = new Uint8Array(65536);
+    while (left > 0) {
+      const n = native.recvmsg(this.fd, this.scratch.subarray(0, Math.min(left, this.scratch.length)), this.fdsOut);
+      if (n <= 0) {
+        // The bytes were peeked, so they are queued: anything else means the socket is broken.
+        this.shutdown({ kind: 'error', message: `consuming a handled request failed (${n})`, errno: n < 0 ? -n : undefined });
+        return;
+      }
+      const count = this.fdsOut[0]!;
+      for (let i = 1; i <= count; i++) native.close(this.fdsOut[i]!);
+      left -= n;
+    }
+    this.journal!.consumed();
   }
 
   send(data: Uint8Array, fds?: number[]): boolean {
     if (this.isClosed) return false;
     const withFds = fds !== undefined && fds.length > 0 ? fds : undefined;
+    if (this.peek && this.pendingConsume > 0) this.journal!.intent();
     if (!this.queueSends) {
       const r = native.sendmsg(this.fd, data, withFds);
-      if (r === data.length) return true;
+      if (r === data.length) {
+        if (this.peek && this.pendingConsume > 0) this.journal!.replied();
+        return true;
+      }
       // The addon waits (bounded) for buffer space; anything short of a whole message leaves
       // the stream out of frame, so the connection is over.
       return this.failSend(r);
@@ -124,7 +246,10 @@ export class SocketTransport implements Transport {
       return true;
     }
     const r = native.sendmsg(this.fd, data, withFds, 0);
-    if (r === data.length) return true;
+    if (r === data.length) {
+      if (this.peek && this.pendingConsume > 0) this.journal!.replied();
+      return true;
+    }
     if (r === -EAGAIN) this.enqueue(data, withFds, 0);
     else if (r > 0) this.enqueue(data, undefined, r); // the fds went with the first bytes
     else return this.failSend(r);
@@ -173,6 +298,16 @@ export class SocketTransport implements Transport {
     if (this.isClosed) return;
     if (this.stallTimer !== null) clearTimeout(this.stallTimer);
     this.stallTimer = null;
+    if (this.peek && this.pendingConsume > 0) {
+      this.journal!.replied();
+      this.consume();
+      if (this.isClosed) return;
+    }
+    if (this.suspended) {
+      if (this.watchHandle >= 0) native.unwatch(this.watchHandle);
+      this.watchHandle = -1;
+      return;
+    }
     if (this.watchHandle >= 0) native.watchEvents(this.watchHandle, READABLE);
     // Messages already read but held back; handling them may queue a reply (and pause) again.
     try {
@@ -186,12 +321,36 @@ export class SocketTransport implements Transport {
     this.shutdown({ kind: 'local', message });
   }
 
+  /** Stop reading (a live upgrade hands the connection over): nothing more is handled until
+   * resume(); the fd stays open. Replies still queued keep going out. */
+  suspend(): void {
+    if (this.isClosed || this.watchHandle < 0 || this.suspended) return;
+    this.suspended = true;
+    if (this.queue.length === 0) {
+      native.unwatch(this.watchHandle);
+      this.watchHandle = -1;
+    }
+  }
+
+  /** Read again after suspend() (the upgrade was abandoned). */
+  resume(): void {
+    if (this.isClosed || !this.suspended) return;
+    this.suspended = false;
+    if (this.watchHandle < 0) this.watchHandle = native.watch(this.fd, (status, events) => this.onReady(status, events));
+  }
+
+  /** Nothing waits to go out and no request is half handled. */
+  get quiet(): boolean {
+    return this.queue.length === 0 && this.pendingConsume === 0;
+  }
+
   pump(): void {
-    if (this.sink !== null) this.onReady(0, this.queue.length > 0 ? WRITABLE : READABLE);
+    if (this.sink !== null && !this.suspended) this.onReady(0, this.queue.length > 0 ? WRITABLE : READABLE);
   }
 
   private onReady(status: number, events: number): void {
     if (this.isClosed) return;
+    if (this.suspended && this.queue.length === 0) return;
     if (this.queue.length > 0) {
       // Only writability matters while a reply waits (requests are not read meanwhile); a
       // peer that went away shows up as a send error.
@@ -209,7 +368,7 @@ export class SocketTransport implements Transport {
   private readSome(maxReads: number): void {
     for (let i = 0; i < maxReads && !this.isClosed && this.queue.length === 0; i++) {
       const space = this.framer.space();
-      const n = native.recvmsg(this.fd, space, this.fdsOut);
+      const n = native.recvmsg(this.fd, space, this.fdsOut, this.peek);
       if (n === -EAGAIN) return;
       if (n < 0) {
         this.shutdown({ kind: 'error', message: `recvmsg failed (${n})`, errno: -n });

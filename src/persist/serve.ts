@@ -1,0 +1,574 @@
+// `vugpu serve --state-dir DIR`: a server that survives its own death and can be replaced under
+// running guests (docs/architecture.md "Surviving a restart"). It composes:
+//   - an fd holder outside the process: the fd keeper (keeper.ts, started on demand) or, under
+//     systemd, the service's fd store (fdstore.ts). Every fd that makes up a VM's device is
+//     deposited when it is created and removed when it is closed (FdDepot);
+//   - the request journal (journal.ts) in a memfd the holder keeps: requests are consumed from
+//     the socket only after their reply is out;
+//   - the checkpoint (checkpoint.ts) in another memfd the holder keeps, written synchronously
+//     before replies that change state the guest relies on and coalesced otherwise;
+//   - adoption: started again after a crash (same arguments), or as an upgrade's successor, it
+//     takes the fds back, restores every component (state.ts restoreAll) and carries on serving
+//     the connected QEMUs without a new handshake; channels whose work died fail with
+//     ENGINE_LOST;
+//   - live upgrade (SIGUSR2 or `vugpu upgrade`): start a successor, stop reading, let GPU work
+//     drain, write the last checkpoint, hand over through the keeper, exit. The pause is logged.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { logger } from '../log.ts';
+import { native } from '../native.ts';
+import { Vugpu, type VugpuOptions } from '../server.ts';
+import type { ServerPersistence } from '../device-model/server.ts';
+import { Command, RegionIndex } from '../device-model/protocol.ts';
+import { dmaFdName, irqFdName } from '../device-model/persist.ts';
+import {
+  DOORBELL, MMU_FAULT_STATUS, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING, PFIFO_INTR, PMC_INTR, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE,
+} from '../gpu/spec.ts';
+import { WAIT_NONE, type ChannelState } from '../gpu/channel.ts';
+import { CheckpointError, Checkpointer, CheckpointStore, decodeCheckpoint } from './checkpoint.ts';
+import { Journal, JournalError, JOURNAL_SLOTS, monoMs, type RequestId } from './journal.ts';
+import { KeeperClient, KeeperRefused, type Attached } from './keeper-client.ts';
+import { SystemdFdStore } from './fdstore.ts';
+import { checkpointVms, endpointState, fdNames, resumeAll, restoreAll, saveAll, VRAM_FD } from './state.ts';
+import { StateError } from './plain.ts';
+
+export const CHECKPOINT_FD = 'checkpoint';
+export const JOURNAL_FD = 'journal';
+
+export interface PersistOptions {
+  /** Directory for the keeper's socket and log (created 0700). */
+  stateDir: string;
+  /** The keeper's socket (default <stateDir>/keeper.sock). */
+  keeperSocket?: string;
+  /** Longest a coalesced checkpoint waits, ms (default 20). */
+  intervalMs?: number;
+  /** This process is an upgrade's successor (env VUGPU_SUCCESSOR=1). */
+  successor?: boolean;
+  /** Use systemd's fd store (default: when NOTIFY_SOCKET is set). */
+  systemd?: boolean;
+  /** Command line that starts a successor (default: this process's). */
+  argv?: string[];
+}
+
+/** Where fds are deposited. */
+interface FdHolder {
+  put(key: string, fd: number): boolean;
+  remove(keys: string[]): void;
+}
+
+/** The fds this process has deposited (its own fd numbers), mirrored to the holder. */
+export class FdDepot {
+  readonly held = new Map<string, number>();
+  holder: FdHolder | null;
+
+  constructor(holder: FdHolder | null) {
+    this.holder = holder;
+  }
+
+  put(key: string, fd: number): void {
+    this.held.set(key, fd);
+    this.holder?.put(key, fd);
+  }
+
+  remove(key: string): void {
+    if (!this.held.delete(key)) return;
+    this.holder?.remove([key]);
+  }
+
+  /** After a new keeper came up: deposit everything again. */
+  redeposit(): void {
+    for (const [k, fd] of this.held) this.holder?.put(k, fd);
+  }
+}
+
+/** Why a start failed in a way the operator must fix; exit status 2, nothing is lost. */
+export class AdoptError extends Error {
+  override name = 'AdoptError';
+}
+
+type Durability = 0 | 1 | 2; // nothing, coalesced, before the reply
+const NONE: Durability = 0;
+const LATER: Durability = 1;
+const NOW: Durability = 2;
+
+/** BAR0 registers whose writes may be coalesced: losing the last few only brings back an
+ * acknowledged interrupt bit or a doorbell the journal's channel bits cover, or is diagnostic.
+ * Every other register write changes state the guest relies on once the write returns. */
+function bar0Durability(offset: number): Durability {
+  if (offset >= PRAMIN_WINDOW && offset < PRAMIN_WINDOW + PRAMIN_WINDOW_SIZE) return NONE; // VRAM itself
+  if (offset === DOORBELL || offset === PFIFO_INTR || offset === PMC_INTR || offset === MMU_FAULT_STATUS) return LATER;
+  if (offset >= PFIFO_FENCE_PENDING && offset < PFIFO_FENCE_PENDING + 16) return LATER;
+  if (offset >= PFIFO_ERR_PENDING && offset < PFIFO_ERR_PENDING + 16) return LATER;
+  if (offset >= 0x00a000 && offset < 0x00a100) return LATER; // PDIAG
+  return NOW;
+}
+
+/** What a handled request needs from the checkpoint (docs/architecture.md has the table). */
+export function durability(command: number, region: number, offset: number, errno: number): Durability {
+  switch (command) {
+    case Command.REGION_READ:
+    case Command.DEVICE_GET_INFO:
+    case Command.DEVICE_GET_REGION_INFO:
+    case Command.DEVICE_GET_IRQ_INFO:
+      return NONE;
+    case Command.REGION_WRITE:
+      if (errno !== 0) return LATER;
+      if (region === RegionIndex.CONFIG) return NOW;
+      if (region === 0) return bar0Durability(offset);
+      if (region === 1) return NONE; // BAR1 is VRAM (fv-naive traps it)
+      return LATER;
+    case Command.VERSION:
+    case Command.DMA_MAP:
+    case Command.DMA_UNMAP:
+    case Command.DEVICE_SET_IRQS:
+    case Command.DEVICE_RESET:
+    case Command.REGION_WRITE_MULTI:
+      return errno === 0 ? NOW : LATER;
+    default:
+      return NONE;
+  }
+}
+
+/** Nothing is going on in the channel: the checkpoint's view of it is exact. */
+function channelIdle(ch: ChannelState): boolean {
+  return !ch.bound || (ch.cursor === null && ch.gpGet === ch.gpPut && ch.wait === WAIT_NONE && ch.job < 0 && !ch.kicked);
+}
+
+export class RestartableServer {
+  vugpu!: Vugpu;
+  readonly depot: FdDepot;
+  journal!: Journal;
+  store!: CheckpointStore;
+  checkpointer!: Checkpointer;
+  readonly opts: VugpuOptions;
+  readonly p: PersistOptions;
+  private keeper: KeeperClient | null = null;
+  private systemd: SystemdFdStore | null = null;
+  /** Journal slot of each VM, by name (VMs come and go at run time; a slot stays with its name). */
+  private readonly slots = new Map<string, number>();
+  private readonly hooked = new Set<string>();
+  private idleAtCheckpoint: number[] = [];
+  private upgrading: { successor: number | null; stoppedAt: number | null; timer: NodeJS.Timeout | null } | null = null;
+  private stopped = false;
+  /** Resolves when the process should exit, with its status. */
+  readonly exit: Promise<number>;
+  private resolveExit!: (code: number) => void;
+  /** How this process came to serve: 'fresh', 'restart' (after a crash) or 'upgrade'. */
+  start: 'fresh' | 'restart' | 'upgrade' = 'fresh';
+
+  private constructor(opts: VugpuOptions, p: PersistOptions) {
+    this.opts = opts;
+    this.p = p;
+    this.depot = new FdDepot(null);
+    this.exit = new Promise((r) => (this.resolveExit = r));
+  }
+
+  private get keeperSocket(): string {
+    return this.p.keeperSocket ?? path.join(this.p.stateDir, 'keeper.sock');
+  }
+
+  /** Start serving: fresh, or adopting what a dead or upgraded predecessor left. Throws
+   * AdoptError for what the operator must fix (exit status 2; the fds stay with the holder). */
+  static async open(opts: VugpuOptions, p: PersistOptions): Promise<RestartableServer> {
+    const s = new RestartableServer(opts, p);
+    fs.mkdirSync(p.stateDir, { recursive: true, mode: 0o700 });
+    const useSystemd = p.systemd ?? !!process.env.NOTIFY_SOCKET;
+    let fds: Map<string, number>;
+    let attached: Attached | null = null;
+    if (useSystemd) {
+      const sd = SystemdFdStore.fromEnv();
+      if (!sd) throw new AdoptError('--systemd needs NOTIFY_SOCKET (run it as a Type=notify service)');
+      s.systemd = sd;
+      s.depot.holder = sd;
+      fds = SystemdFdStore.adopted();
+    } else {
+      const k = await KeeperClient.connectOrSpawn(s.keeperSocket);
+      s.keeper = k;
+      try {
+        const hello = await k.hello(p.successor ? 'successor' : 'server');
+        if ('waiting' in hello) {
+          logger.info({ server: hello.waiting }, 'upgrade: waiting for the running server to hand over');
+          attached = await k.adopted(60_000);
+        } else if ('keys' in hello) {
+          attached = hello;
+        } else {
+          throw new AdoptError('the keeper took this server for a control client');
+        }
+      } catch (err) {
+        k.close();
+        if (err instanceof KeeperRefused) throw new AdoptError(err.message);
+        throw err;
+      }
+      s.depot.holder = k;
+      fds = attached.keys.length > 0 ? await k.take() : new Map();
+    }
+    try {
+      if (fds.size > 0 && fds.has(CHECKPOINT_FD) && s.hasCommit(fds.get(CHECKPOINT_FD)!)) {
+        s.adopt(fds, attached);
+      } else {
+        if (fds.size > 0) {
+          // Fds but no committed checkpoint: the previous server died while starting up,
+          // before any client could have been served. Start afresh.
+          logger.warn({ keys: [...fds.keys()] }, 'the fd holder has no committed checkpoint: starting afresh');
+          for (const fd of fds.values()) native.close(fd);
+          s.depot.holder?.remove([...fds.keys()]);
+        }
+        s.fresh();
+      }
+    } catch (err) {
+      if (err instanceof CheckpointError || err instanceof StateError || err instanceof JournalError) {
+        s.keeper?.close(); // EOF, not bye: the keeper keeps every fd for a build that can adopt them
+        throw new AdoptError(`cannot adopt the running VMs: ${err.message}`);
+      }
+      throw err;
+    }
+    s.afterStart();
+    return s;
+  }
+
+  private hasCommit(fd: number): boolean {
+    const probe = new Uint8Array(16);
+    if (native.pread(fd, probe, 0) < 16) return false;
+    return new DataView(probe.buffer).getUint32(12, true) !== 0xffffffff;
+  }
+
+  private persistence(): ServerPersistence {
+    return {
+      put: (key, fd) => this.depot.put(key, fd),
+      remove: (key) => this.depot.remove(key),
+      journal: (device) => {
+        this.hook(device); // its DMA and IRQ fds arrive through this connection
+        return this.journal.slot(this.slotOf(device));
+      },
+      handled: (_device, command, region, offset, errno) => {
+        const d = durability(command, region, offset, errno);
+        if (d === NONE) return;
+        const c = this.checkpointer;
+        if (c === undefined) return;
+        if (d === NOW) {
+          c.needSync();
+          c.flushIfNeeded();
+        } else {
+          c.dirty();
+        }
+      },
+      clientChanged: () => {
+        const c = this.checkpointer;
+        if (c === undefined) return;
+        c.needSync();
+        c.flushIfNeeded();
+      },
+    };
+  }
+
+  /** The journal slot of a VM (allocated on first use). */
+  private slotOf(name: string): number {
+    let i = this.slots.get(name);
+    if (i !== undefined) return i;
+    const used = new Set(this.slots.values());
+    for (i = 0; used.has(i); i++);
+    if (i >= JOURNAL_SLOTS) throw new Error(`more than ${JOURNAL_SLOTS} VMs have had a journal slot`);
+    this.slots.set(name, i);
+    return i;
+  }
+
+  /** Deposit a VM's DMA files and IRQ eventfds as its device takes and drops them. */
+  private hook(name: string): void {
+    if (this.hooked.has(name) || this.vugpu === undefined) return;
+    const dev = this.vugpu.vms.get(name)?.device;
+    if (!dev) return;
+    this.hooked.add(name);
+    dev.dma.fileHook = (ev, id, fd) => {
+      if (ev === 'open') this.depot.put(dmaFdName(name, id), fd);
+      else this.depot.remove(dmaFdName(name, id));
+    };
+    dev.irq.fdHook = (index, vector, fd) => {
+      if (fd >= 0) this.depot.put(irqFdName(name, index, vector), fd);
+      else this.depot.remove(irqFdName(name, index, vector));
+    };
+  }
+
+  /** The VMs served now (run-time additions included). */
+  private currentVms(): { name: string; socket: string }[] {
+    const v = this.vugpu;
+    const live = (v as unknown as { vmConfigs?: Map<string, { name: string; socket: string }> }).vmConfigs;
+    return live ? [...live.values()] : v.options.vms;
+  }
+
+  private fresh(): void {
+    this.opts.vms.forEach((vm) => this.slotOf(vm.name));
+    this.journal = Journal.create();
+    this.store = CheckpointStore.create();
+    this.depot.put(JOURNAL_FD, this.journal.fd);
+    this.depot.put(CHECKPOINT_FD, this.store.fd);
+    this.vugpu = new Vugpu({ ...this.opts, persistence: this.persistence() });
+    this.depot.put(VRAM_FD, this.vugpu.engine.vramFd);
+    this.start = 'fresh';
+  }
+
+  private adopt(fds: Map<string, number>, attached: Attached | null): void {
+    const t0 = performance.now();
+    const ckFd = fds.get(CHECKPOINT_FD)!;
+    const jFd = fds.get(JOURNAL_FD);
+    if (jFd === undefined) throw new CheckpointError('the fd holder has a checkpoint but no request journal');
+    const store = CheckpointStore.adopt(ckFd);
+    const payload = store.read();
+    if (payload === null) throw new CheckpointError('no checkpoint was ever committed');
+    const ckpt = decodeCheckpoint(payload);
+    store.lastSeq = ckpt.seq;
+    const journal = Journal.adopt(jFd);
+    this.store = store;
+    this.journal = journal;
+    const state = ckpt.sections.vugpu;
+    const applied = ((ckpt.sections.journal as { applied?: Record<string, RequestId> } | undefined)?.applied) ?? {};
+    const srv = (ckpt.sections.server as { accepted?: Record<string, number>; slots?: Record<string, number> } | undefined) ?? {};
+    const accepted = srv.accepted ?? {};
+    const vms = checkpointVms(state);
+    vms.forEach((vm, i) => this.slots.set(vm.name, srv.slots?.[vm.name] ?? i));
+    const want = vms.map((vm) => vm.name).sort().join(', ');
+    const have = this.opts.vms.map((vm) => vm.name).sort().join(', ');
+    if (want !== have) logger.warn({ checkpoint: want, commandLine: have }, 'the VMs being served differ from the command line (run-time changes): serving the checkpoint\'s');
+    const used = new Set<string>([CHECKPOINT_FD, JOURNAL_FD, ...fdNames(state)]);
+    const { vugpu, inFlight } = restoreAll(state, fds, { ...this.opts, vms, persistence: this.persistence() }, {
+      resume: false,
+      listen: (vm, device, server) => {
+        const lfd = fds.get(`listen:${vm.name}`);
+        if (lfd === undefined) {
+          server.listen(vm.socket, device);
+          return;
+        }
+        used.add(`listen:${vm.name}`);
+        const cfd = fds.get(`conn:${vm.name}`);
+        let conn;
+        if (cfd !== undefined) {
+          used.add(`conn:${vm.name}`);
+          const slot = journal.slot(this.slotOf(vm.name)).read();
+          conn = {
+            fd: cfd,
+            client: endpointState(state, vm.name)?.client ?? null,
+            accepted: accepted[vm.name],
+            adopted: { slot, applied: applied[vm.name] ?? null, arrivals: attached?.arrivals[`conn:${vm.name}`] ?? [] },
+          };
+        }
+        server.adopt(vm.socket, device, lfd, conn);
+      },
+    });
+    this.vugpu = vugpu;
+    // Channels that may have started work after the checkpoint was written: their checkpointed
+    // state may be stale, and re-running a half-done job could change its results silently.
+    const lost = new Set(inFlight);
+    vugpu.engine.fifo.channels.forEach((ch) => {
+      if (ch.bound && journal.channelActive[ch.chid]) lost.add(ch.chid);
+    });
+    // Everything adopted is ours now; what the state does not name is stale.
+    for (const [k, fd] of fds) {
+      if (used.has(k)) this.depot.held.set(k, fd);
+      else {
+        native.close(fd);
+        this.depot.holder?.remove([k]);
+      }
+    }
+    this.depot.held.set(VRAM_FD, vugpu.engine.vramFd);
+    resumeAll(vugpu, { inFlight: [...lost] });
+    this.start = attached?.handover && attached.stoppedAt !== null ? 'upgrade' : 'restart';
+    const restoreMs = performance.now() - t0;
+    const now = monoMs();
+    const pauseMs = attached?.stoppedAt != null ? now - attached.stoppedAt : attached?.gapSince != null ? now - attached.gapSince : null;
+    logger.info(
+      {
+        event: this.start === 'upgrade' ? 'upgrade-adopted' : 'restart-adopted',
+        checkpointSeq: ckpt.seq, writtenBy: ckpt.writer.build, checkpointTime: ckpt.time,
+        restoreMs: Math.round(restoreMs * 10) / 10, pauseMs: pauseMs === null ? null : Math.round(pauseMs * 10) / 10,
+        lostChannels: [...lost].sort((a, b) => a - b),
+      },
+      this.start === 'upgrade' ? 'live upgrade: serving the adopted VMs' : 'restarted: serving the adopted VMs',
+    );
+    if (this.start === 'upgrade') this.keeper?.serving(pauseMs);
+  }
+
+  /** Hooks, checkpointer, first checkpoint, signals. */
+  private afterStart(): void {
+    const v = this.vugpu;
+    for (const name of v.vms.keys()) this.hook(name);
+    this.checkpointer = new Checkpointer(this.store, {
+      intervalMs: this.p.intervalMs,
+      produce: () => this.produce(),
+      committed: () => {
+        for (const chid of this.idleAtCheckpoint) this.journal.channelActive[chid] = 0;
+      },
+    });
+    // The engine may start work on a channel only through a kick (doorbell, runlist, enable,
+    // PFIFO enable): mark it in the journal first, so a successor knows the checkpoint's view
+    // of that channel may be stale until a checkpoint sees it idle again.
+    const fifo = v.engine.fifo;
+    const kick = fifo.kick;
+    const active = this.journal.channelActive;
+    fifo.kick = (ch) => {
+      active[ch.chid] = 1;
+      kick(ch);
+      this.checkpointer.dirty();
+    };
+    const l = v.engine.listener as unknown as Record<string, ((...a: unknown[]) => void) | undefined>;
+    const wrapped: Record<string, (...a: unknown[]) => void> = {};
+    for (const k of new Set([...Object.keys(l), 'channelIdle', 'fence', 'channelError', 'fault'])) {
+      const f = l[k];
+      wrapped[k] = (...a: unknown[]) => {
+        f?.(...a);
+        this.checkpointer.dirty();
+      };
+    }
+    v.engine.listener = wrapped as unknown as typeof v.engine.listener;
+    if (this.checkpointer.write(true) < 0) throw new Error('the first checkpoint could not be written');
+    if (this.keeper) {
+      this.keeper.events = {
+        upgrade: () => this.upgrade(),
+        successorReady: (pid) => void this.handover(pid),
+        successorGone: (pid) => this.abandonUpgrade(`successor ${pid} went away`),
+        gone: () => void this.keeperLost(),
+      };
+    }
+    this.systemd?.ready(`serving ${this.opts.vms.length} VMs (${this.start})`);
+    this.systemd?.startWatchdog();
+    logger.info({ start: this.start, holder: this.systemd ? 'systemd' : this.keeperSocket, checkpointBytes: this.checkpointer.stats.bytes }, 'restartable serving: fds held outside the process');
+  }
+
+  private produce(): Record<string, unknown> {
+    const v = this.vugpu;
+    this.idleAtCheckpoint = [];
+    for (const ch of v.engine.fifo.channels) if (channelIdle(ch)) this.idleAtCheckpoint.push(ch.chid);
+    const applied: Record<string, RequestId> = {};
+    const accepted: Record<string, number> = {};
+    for (const vm of this.currentVms()) {
+      const cur = this.journal.slot(this.slotOf(vm.name)).current();
+      if (cur) applied[vm.name] = cur;
+      accepted[vm.name] = v.server.listener(vm.socket)?.accepted ?? 0;
+    }
+    return { vugpu: saveAll(v), journal: { applied }, server: { accepted, slots: Object.fromEntries(this.slots) } };
+  }
+
+  // ---- live upgrade ----
+
+  /** Start a successor (same command line); the handover follows when it is ready. */
+  upgrade(): void {
+    if (this.upgrading || this.stopped) return;
+    if (this.systemd) {
+      // Under systemd the service manager starts the successor: checkpoint, and exit with a
+      // status the unit restarts on (RestartForceExitStatus=75); the fd store keeps the rest.
+      this.suspendAll();
+      const stoppedAt = monoMs();
+      void this.drain().then(() => {
+        this.checkpointer.write(true);
+        this.checkpointer.stop();
+        logger.info({ stoppedAt }, 'upgrade under systemd: checkpoint written, exiting for a restart');
+        this.resolveExit(75);
+      });
+      return;
+    }
+    const argv = this.p.argv ?? [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
+    const child = spawn(argv[0]!, argv.slice(1), {
+      stdio: 'inherit',
+      env: { ...process.env, VUGPU_SUCCESSOR: '1' },
+    });
+    child.unref();
+    const timer = setTimeout(() => this.abandonUpgrade('the successor did not come up within 60 s'), 60_000);
+    timer.unref();
+    this.upgrading = { successor: child.pid ?? null, stoppedAt: null, timer };
+    child.once('exit', (code, signal) => {
+      if (this.upgrading && this.upgrading.stoppedAt === null) this.abandonUpgrade(`the successor exited (${code ?? signal}) before the handover`);
+    });
+    logger.info({ successor: child.pid }, 'live upgrade: successor started');
+  }
+
+  private suspendAll(): void {
+    for (const l of this.vugpu.server.all()) l.suspend();
+  }
+
+  /** Wait (bounded) until no reply is queued and no GPU job runs. */
+  private async drain(limitMs = 1000): Promise<boolean> {
+    const deadline = performance.now() + limitMs;
+    for (;;) {
+      const quiet = this.vugpu.server.all().every((l) => l.quiet) && this.vugpu.engine.stats().jobsInFlight === 0;
+      if (quiet) return true;
+      if (performance.now() > deadline) return false;
+      await new Promise((r) => setTimeout(r, 1));
+    }
+  }
+
+  private async handover(pid: number): Promise<void> {
+    if (this.stopped) return;
+    if (!this.upgrading) this.upgrading = { successor: pid, stoppedAt: null, timer: null };
+    const stoppedAt = monoMs();
+    this.upgrading.stoppedAt = stoppedAt;
+    this.suspendAll();
+    const drained = await this.drain();
+    if (this.upgrading === null) return; // abandoned meanwhile
+    if (this.checkpointer.write(true) < 0) {
+      this.abandonUpgrade('the last checkpoint could not be written');
+      return;
+    }
+    this.checkpointer.stop();
+    this.stopped = true;
+    if (this.upgrading.timer) clearTimeout(this.upgrading.timer);
+    this.keeper!.handover(stoppedAt);
+    logger.info({ successor: pid, drained, handoverMs: Math.round((monoMs() - stoppedAt) * 10) / 10 }, 'live upgrade: handed over; exiting');
+    this.resolveExit(0);
+  }
+
+  private abandonUpgrade(reason: string): void {
+    if (!this.upgrading || this.stopped) return;
+    if (this.upgrading.timer) clearTimeout(this.upgrading.timer);
+    const wasStopped = this.upgrading.stoppedAt !== null;
+    this.upgrading = null;
+    if (wasStopped) for (const l of this.vugpu.server.all()) l.resume();
+    this.keeper?.resume(reason);
+    logger.error({ reason }, 'live upgrade abandoned; this server carries on');
+  }
+
+  // ---- the keeper died under us ----
+
+  private async keeperLost(): Promise<void> {
+    if (this.stopped) return;
+    logger.error({ socket: this.keeperSocket }, 'the fd keeper is gone: starting a new one and depositing every fd again');
+    for (let attempt = 0; attempt < 20 && !this.stopped; attempt++) {
+      try {
+        const k = await KeeperClient.connectOrSpawn(this.keeperSocket);
+        const hello = await k.hello('server');
+        if (!('keys' in hello)) throw new Error('unexpected keeper answer');
+        this.keeper = k;
+        this.depot.holder = k;
+        this.depot.redeposit();
+        k.events = {
+          upgrade: () => this.upgrade(),
+          successorReady: (pid) => void this.handover(pid),
+          successorGone: (pid) => this.abandonUpgrade(`successor ${pid} went away`),
+          gone: () => void this.keeperLost(),
+        };
+        logger.info({ keys: this.depot.held.size }, 'a new fd keeper holds every fd again');
+        return;
+      } catch (err) {
+        logger.error({ err }, 'could not restart the fd keeper');
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+
+  /** Clean stop: close every VM's device (QEMU sees EOF: this is a deliberate stop), tell the
+   * holder to drop everything. */
+  close(): void {
+    if (this.stopped) {
+      return;
+    }
+    this.stopped = true;
+    this.checkpointer?.stop();
+    this.vugpu.close();
+    if (this.keeper) {
+      this.keeper.bye();
+      this.keeper.close();
+    }
+    if (this.systemd) {
+      this.systemd.remove([...this.depot.held.keys()]);
+      this.systemd.stopping();
+    }
+  }
+}
