@@ -37,7 +37,99 @@ export interface JobCompletion {
   deviceNs: number;          // time the job ran on a pool thread, ns
 }
 
-export interface NativeAddon {
+// ---- Vulkan program backend (native/src/vulkan) ----
+/** Limits of the program device (hw-spec §3.10 PPROG): program.h's Limits plus launch limits. */
+export interface ProgramLimits {
+  maxModuleBytes: number;
+  maxBindings: number;
+  maxPushBytes: number;
+  maxSpecConstants: number;
+  maxWgInvocations: number;
+  maxWgSize: [number, number, number];
+  maxSharedBytes: number;
+  maxGrid: [number, number, number];
+  maxBufferBytes: number;
+  bufferAlign: number;        // binding addresses must be multiples of this
+  subgroupSize: number;
+  loopLimit: number;          // PROG_MAX_LOOP_ITERATIONS (0 = no counting)
+  features: number;           // PROG_FEATURES bits
+}
+
+export interface VulkanDeviceInfo {
+  name: string;
+  type: string;               // 'discrete' | 'integrated' | 'virtual' | 'cpu' | 'other'
+  api: string;                // e.g. '1.3.230'
+  driver: string;             // driverName, e.g. 'llvmpipe'
+  driverInfo: string;
+  driverId: number;           // VkDriverId (13 = lavapipe)
+  driverVersion: number;
+  vendorId: number;
+  deviceId: number;
+  limits: ProgramLimits;
+  timestamps: boolean;        // deviceNs of dispatches comes from GPU timestamps
+  timestampPeriod: number;
+  importAlign: number;        // host-pointer import alignment (windows are imported by these pages)
+  robustStorageAlign: number; // bounds checks round a binding's length up to this (1 = exact)
+  nullDescriptor: boolean;    // zero-length bindings allowed
+  cancelWordDeviceLocal: boolean;
+}
+
+export interface ProgramCompileJob {
+  slot: number;               // process-wide program slot chosen by JS (0..2^31-1), must be free
+  words: Uint32Array;         // SPIR-V module (copied at submit)
+  entryIndex: number;         // index among the module's GLCompute entry points
+  spec?: Uint32Array;         // (constantId, value) pairs
+  /** Narrow the device's limits for this module (e.g. maxBindings = BUFFER_COUNT); never widens. */
+  limits?: Partial<Omit<ProgramLimits, 'maxGrid' | 'maxBufferBytes' | 'bufferAlign' | 'subgroupSize'>>;
+}
+
+export interface DispatchJob {
+  slot: number;
+  windows: bigint[];          // host address of binding i's window (bufferAlign-aligned)
+  lengths: number[];          // its exact byte length (the shader sees exactly this much)
+  params?: Uint8Array;        // push constants (at least the entry's pushBytes)
+  grid: [number, number, number];
+}
+
+export interface ProgramInfo {
+  reason: number;             // 0, or the BAD_PROGRAM reason (hw-spec §6.3.6)
+  message: string;
+  entry: {
+    name: string;
+    wg: [number, number, number];
+    sharedBytes: number;
+    pushBytes: number;
+    bindings: { binding: number; writable: boolean }[];
+  } | null;                   // null when refused before the entry point was known
+}
+
+/** The Vulkan program backend's calls (part of NativeAddon). */
+export interface VulkanAddon {
+  // guest SPIR-V; the addon loads libvulkan.so.1 at run time
+  /** Devices the loader sees; [] (with a `reason` property) when there is no loader or device. */
+  vulkanDevices(): { name: string; type: string; driver: string; api: string }[] & { reason?: string };
+  /** Open the process-wide program device (name substring, case-insensitive; default: a GPU before
+   * a CPU device). Idempotent while open; another device needs vulkanClose first. */
+  vulkanOpen(opts?: { device?: string }): { ok: true; info: VulkanDeviceInfo } | { ok: false; error: string };
+  /** Drop the device and every program slot (freed once running jobs end). */
+  vulkanClose(): void;
+  /** Import counters since load (one import = one window's page range, per dispatch). */
+  vulkanStats(): { imports: number; importNs: number };
+  /** Queue a compile into a free slot (RangeError if in use). Completes 0, -EINVAL (refused or
+   * compile failed: programInfo has the reason) or -ENODEV (no device open). */
+  submitProgramCompile(job: ProgramCompileJob): number;
+  /** Queue a launch of a slot's program (RangeError if the slot is empty; it waits for a compile
+   * still running). Completes 0, -ECANCELED (cancelJob), -ELOOP (loop limit), -EINVAL (failed
+   * compile, missing binding, misaligned window, short params, grid over the limit), -ENODEV
+   * (device lost), -EFAULT (a window could not be imported). deviceNs from GPU timestamps. */
+  submitDispatch(job: DispatchJob): number;
+  /** Compile outcome; null while compiling or for an empty slot. */
+  programInfo(slot: number): ProgramInfo | null;
+  /** Free a slot (idempotent); jobs already queued keep the program until they end. */
+  programRelease(slot: number): void;
+}
+
+export interface NativeAddon extends VulkanAddon {
   // ---- UNIX stream sockets with fd passing ----
   /** socket+bind+listen, non-blocking, CLOEXEC. Removes a stale socket file first.
    * seqpacket: SOCK_SEQPACKET (message boundaries kept; the fd keeper's protocol). */

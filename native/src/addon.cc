@@ -8,6 +8,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   vugpu::addon::RegisterMemory(env, exports);
   vugpu::addon::RegisterEvents(env, exports);
   vugpu::addon::RegisterPool(env, exports);
+  vugpu::addon::RegisterVulkan(env, exports);
   return exports;
 }
 

@@ -12,9 +12,11 @@
 
 #include <napi.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 
 namespace vugpu::addon {
 
@@ -23,6 +25,17 @@ void RegisterSockets(Napi::Env env, Napi::Object exports);
 void RegisterMemory(Napi::Env env, Napi::Object exports);
 void RegisterEvents(Napi::Env env, Napi::Object exports);
 void RegisterPool(Napi::Env env, Napi::Object exports);
+void RegisterVulkan(Napi::Env env, Napi::Object exports);
+
+// ---- job pool: a job kind for backends outside pool.cc ----
+// Runs on a pool thread with the job's cancel flag; returns 0 or a negative errno and may set
+// *deviceNs (left 0: the pool reports the wall time). Dropped unrun when cancelled while queued
+// or when setupStatus != 0, so captured state must clean up in its destructor.
+using PoolTask = std::function<int(const std::atomic<bool>& cancel, uint64_t* deviceNs)>;
+// Queue a task like submitKernel; returns the job id, or 0 with a JS exception pending when the
+// pool is not running. setupStatus != 0 completes the job with it without running the task.
+uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus = 0);
+
 
 // ---- errors ----
 void ThrowTypeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -43,6 +43,9 @@ struct Job {
   std::vector<uint8_t> params;
   // copy
   CopyPlan copy;
+  // task: a backend outside this file (the Vulkan program backend)
+  PoolTask task;
+  uint64_t taskNs = 0;  // device time the task measured itself (0: wall time)
 };
 
 struct Completion {
@@ -74,6 +77,7 @@ Pool* g_pool = nullptr;  // JS thread of the env that started it
 uint32_t g_nextJob = 1;
 
 int RunJob(Job& job) {
+  if (job.task) return job.task(job.cancel, &job.taskNs);
   if (job.isCopy) return RunCopy(job.copy, job.cancel);
   KernelCtx ctx{job.bufs.data(),   job.lens.data(),   int(job.bufs.size()),
                 job.params.data(), job.params.size(), &job.cancel};
@@ -95,7 +99,7 @@ void Worker(Pool* pool) {
     if (c.status == 0) {
       uint64_t t0 = NowNs();
       c.status = RunJob(*job);
-      c.deviceNs = NowNs() - t0;
+      c.deviceNs = job->taskNs ? job->taskNs : NowNs() - t0;
       if (c.deviceNs == 0) c.deviceNs = 1;  // it ran: never report zero time
     }
     {
@@ -446,6 +450,15 @@ Napi::Value HaveOpenBlas(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus) {
+  Pool* pool = RunningPool(env, fn);
+  if (!pool) return 0;
+  auto job = std::make_shared<Job>();
+  job->task = std::move(task);
+  job->setupStatus = setupStatus;
+  return Enqueue(pool, std::move(job));
+}
 
 void RegisterPool(Napi::Env env, Napi::Object exports) {
   exports.Set("poolStart", Napi::Function::New(env, PoolStart, "poolStart"));

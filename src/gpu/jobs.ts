@@ -1,7 +1,7 @@
 // The engine's side of the native job pool: one process-wide pool (started when the first
 // engine needs it, stopped when the last one closes), completions routed by job id, and the
 // watchdog that cancels a job running longer than its limit.
-import { native, type CopyJob, type JobCompletion, type KernelJob } from '../native.ts';
+import { native, type CopyJob, type DispatchJob, type JobCompletion, type KernelJob, type ProgramCompileJob } from '../native.ts';
 
 export interface JobResult {
   /** 0, or a negative errno (-ECANCELED after a cancel). */
@@ -67,6 +67,16 @@ export const jobPool = {
 
   submitCopy(job: CopyJob, watchdogMs: number, done: Done): number {
     return track(guard(() => native.submitCopy(job)), watchdogMs, done);
+  },
+
+  /** Compile a SPIR-V program into a slot (the Vulkan backend; see native.ts). */
+  submitProgramCompile(job: ProgramCompileJob, watchdogMs: number, done: Done): number {
+    return track(guard(() => native.submitProgramCompile(job)), watchdogMs, done);
+  },
+
+  /** Launch a slot's program; the watchdog's cancel reaches it through its cancel word. */
+  submitDispatch(job: DispatchJob, watchdogMs: number, done: Done): number {
+    return track(guard(() => native.submitDispatch(job)), watchdogMs, done);
   },
 
   cancel(id: number): void {

@@ -1,0 +1,462 @@
+// JS surface of the Vulkan program backend: device open/close, program slots, compile and
+// dispatch jobs (through the shared job pool and its completion batches).
+//
+// Threads: everything here runs on a JS thread; compile/dispatch work runs in pool tasks that
+// hold the Program (and through it the Context) by shared_ptr.
+#include <cctype>
+#include <cerrno>
+#include <mutex>
+#include <unordered_map>
+
+#include "../common.h"
+#include "vk.h"
+
+namespace vugpu::addon {
+
+namespace {
+
+using vk::Context;
+using vk::Program;
+
+constexpr size_t kMaxWindows = 64;
+constexpr size_t kMaxParamBytes = 4096;
+constexpr int64_t kMaxSlot = INT32_MAX;
+
+std::mutex g_mu;  // g_ctx and g_slots
+// Heap-held and never destroyed at exit: destroying a device with a runaway dispatch hangs.
+std::shared_ptr<Context>& Ctx() {
+  static auto* p = new std::shared_ptr<Context>();
+  return *p;
+}
+std::unordered_map<uint32_t, std::shared_ptr<Program>>& Slots() {
+  static auto* p = new std::unordered_map<uint32_t, std::shared_ptr<Program>>();
+  return *p;
+}
+
+Napi::Array U32Array(Napi::Env env, const uint32_t* v, size_t n) {
+  Napi::Array a = Napi::Array::New(env, n);
+  for (size_t i = 0; i < n; i++) a.Set(uint32_t(i), Napi::Number::New(env, v[i]));
+  return a;
+}
+
+Napi::Object LimitsObject(Napi::Env env, const vk::DeviceInfo& di) {
+  const spirv::Limits& l = di.limits;
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("maxModuleBytes", l.maxModuleBytes);
+  o.Set("maxBindings", l.maxBindings);
+  o.Set("maxPushBytes", l.maxPushBytes);
+  o.Set("maxSpecConstants", l.maxSpecConstants);
+  o.Set("maxWgInvocations", l.maxWgInvocations);
+  o.Set("maxWgSize", U32Array(env, l.maxWgSize, 3));
+  o.Set("maxSharedBytes", l.maxSharedBytes);
+  o.Set("maxGrid", U32Array(env, di.launch.maxGrid, 3));
+  o.Set("maxBufferBytes", double(di.launch.maxBufferBytes));
+  o.Set("bufferAlign", di.launch.bufferAlign);
+  o.Set("subgroupSize", l.subgroupSize);
+  o.Set("loopLimit", l.loopLimit);
+  o.Set("features", l.features);
+  return o;
+}
+
+Napi::Object InfoObject(Napi::Env env, const vk::DeviceInfo& di) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("name", di.name);
+  o.Set("type", di.type);
+  o.Set("api", di.api);
+  o.Set("driver", di.driverName);
+  o.Set("driverInfo", di.driverInfo);
+  o.Set("driverId", di.driverId);
+  o.Set("driverVersion", di.driverVersion);
+  o.Set("vendorId", di.vendorId);
+  o.Set("deviceId", di.deviceId);
+  o.Set("limits", LimitsObject(env, di));
+  o.Set("timestamps", di.timestamps);
+  o.Set("timestampPeriod", di.timestampPeriod);
+  o.Set("importAlign", di.importAlign);
+  o.Set("robustStorageAlign", di.robustStorageAlign);
+  o.Set("nullDescriptor", di.nullDescriptor);
+  o.Set("cancelWordDeviceLocal", di.cancelWordDeviceLocal);
+  return o;
+}
+
+Napi::Value VulkanDevices(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string why;
+  std::vector<vk::DeviceSummary> devs = vk::ListDevices(&why);
+  Napi::Array a = Napi::Array::New(env, devs.size());
+  for (size_t i = 0; i < devs.size(); i++) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", devs[i].name);
+    o.Set("type", devs[i].type);
+    o.Set("driver", devs[i].driver);
+    o.Set("api", devs[i].api);
+    a.Set(uint32_t(i), o);
+  }
+  if (devs.empty()) a.Set("reason", why);  // why it is empty, for logs and skipped tests
+  return a;
+}
+
+Napi::Value Result(Napi::Env env, const std::shared_ptr<Context>& ctx, const std::string& err) {
+  Napi::Object r = Napi::Object::New(env);
+  r.Set("ok", bool(ctx));
+  if (ctx) r.Set("info", InfoObject(env, ctx->info));
+  else r.Set("error", err);
+  return r;
+}
+
+// vulkanOpen({device?}): idempotent while open (a device name that does not match the open
+// device is an error; vulkanClose first).
+Napi::Value VulkanOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string want;
+  if (info.Length() > 0 && !info[0].IsUndefined()) {
+    if (!info[0].IsObject()) {
+      ThrowTypeError(env, "vulkanOpen: options must be an object {device?}");
+      return env.Undefined();
+    }
+    Napi::Value d = info[0].As<Napi::Object>().Get("device");
+    if (!d.IsUndefined()) {
+      if (!d.IsString()) {
+        ThrowTypeError(env, "vulkanOpen: options.device must be a string");
+        return env.Undefined();
+      }
+      want = d.As<Napi::String>().Utf8Value();
+    }
+  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  std::shared_ptr<Context>& ctx = Ctx();
+  if (ctx) {
+    auto lower = [](std::string s) {
+      for (char& c : s) c = char(std::tolower(uint8_t(c)));
+      return s;
+    };
+    if (!want.empty() && lower(ctx->info.name).find(lower(want)) == std::string::npos)
+      return Result(env, nullptr, "another device is open (" + ctx->info.name + "); call vulkanClose first");
+    return Result(env, ctx, "");
+  }
+  std::string err;
+  ctx = vk::OpenContext(want, &err);
+  return Result(env, ctx, err);
+}
+
+Napi::Value VulkanClose(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Context> old;
+  std::unordered_map<uint32_t, std::shared_ptr<Program>> progs;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    old.swap(Ctx());
+    progs.swap(Slots());
+  }
+  // Destroyed here unless a job still holds them (then on the pool thread that ends last).
+  progs.clear();
+  old.reset();
+  return info.Env().Undefined();
+}
+
+bool ReadU32Array(Napi::Env env, Napi::Value v, const char* name, Napi::Uint32Array* out) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    ThrowTypeError(env, "%s must be a Uint32Array", name);
+    return false;
+  }
+  *out = v.As<Napi::Uint32Array>();
+  return true;
+}
+
+// Optional overrides of the device limits, clamped so they never exceed the device.
+bool ReadLimits(Napi::Env env, Napi::Value v, const spirv::Limits& dev, spirv::Limits* out) {
+  *out = dev;
+  if (v.IsUndefined() || v.IsNull()) return true;
+  if (!v.IsObject()) {
+    ThrowTypeError(env, "limits must be an object");
+    return false;
+  }
+  Napi::Object o = v.As<Napi::Object>();
+  auto field = [&](const char* name, uint32_t devv, uint32_t* dst) {
+    Napi::Value x = o.Get(name);
+    if (x.IsUndefined()) return true;
+    int64_t n;
+    if (!ValueInt(env, x, name, 0, UINT32_MAX, &n)) return false;
+    *dst = std::min<uint32_t>(uint32_t(n), devv);
+    return true;
+  };
+  if (!field("maxModuleBytes", dev.maxModuleBytes, &out->maxModuleBytes) ||
+      !field("maxBindings", dev.maxBindings, &out->maxBindings) ||
+      !field("maxPushBytes", dev.maxPushBytes, &out->maxPushBytes) ||
+      !field("maxSpecConstants", dev.maxSpecConstants, &out->maxSpecConstants) ||
+      !field("maxWgInvocations", dev.maxWgInvocations, &out->maxWgInvocations) ||
+      !field("maxSharedBytes", dev.maxSharedBytes, &out->maxSharedBytes))
+    return false;
+  Napi::Value wg = o.Get("maxWgSize");
+  if (!wg.IsUndefined()) {
+    if (!wg.IsArray() || wg.As<Napi::Array>().Length() != 3) {
+      ThrowTypeError(env, "limits.maxWgSize must be [x, y, z]");
+      return false;
+    }
+    for (uint32_t i = 0; i < 3; i++) {
+      int64_t n;
+      if (!ValueInt(env, wg.As<Napi::Array>().Get(i), "limits.maxWgSize[i]", 0, UINT32_MAX, &n))
+        return false;
+      out->maxWgSize[i] = std::min<uint32_t>(uint32_t(n), dev.maxWgSize[i]);
+    }
+  }
+  uint32_t feat = dev.features;
+  if (!field("features", UINT32_MAX, &feat)) return false;
+  out->features = feat & dev.features;
+  uint32_t loop = dev.loopLimit;
+  if (!field("loopLimit", UINT32_MAX, &loop)) return false;
+  // A device with a hardware cap always counts, at most up to its own limit.
+  out->loopLimit = dev.loopLimit ? (loop == 0 ? dev.loopLimit : std::min(loop, dev.loopLimit)) : loop;
+  return true;
+}
+
+// Finishes a program whose compile task was dropped unrun (cancelled while queued, pool
+// stopped), so a launch waiting for it never hangs.
+struct CompileGuard {
+  std::shared_ptr<Program> prog;
+  ~CompileGuard() {
+    if (!prog) return;
+    std::lock_guard<std::mutex> lk(prog->mu);
+    if (!prog->done) {
+      prog->reason = spirv::R_COMPILE;
+      prog->message = "the compile was cancelled before it ran";
+      prog->done = true;
+      prog->cv.notify_all();
+    }
+  }
+};
+
+void Refuse(Program& p, uint32_t reason, const char* msg) {
+  p.reason = reason;
+  p.message = msg;
+  p.done = true;
+}
+
+// submitProgramCompile({slot, words, entryIndex, spec?, limits?}) → job id.
+Napi::Value SubmitProgramCompile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) {
+    ThrowTypeError(env, "job must be an object {slot, words, entryIndex, spec, limits}");
+    return env.Undefined();
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  int64_t slot, entry;
+  Napi::Uint32Array words, spec;
+  if (!ValueInt(env, o.Get("slot"), "job.slot", 0, kMaxSlot, &slot) ||
+      !ReadU32Array(env, o.Get("words"), "job.words", &words) ||
+      !ValueInt(env, o.Get("entryIndex"), "job.entryIndex", 0, UINT32_MAX, &entry))
+    return env.Undefined();
+  Napi::Value sv = o.Get("spec");
+  bool haveSpec = !sv.IsUndefined();
+  if (haveSpec && !ReadU32Array(env, sv, "job.spec", &spec)) return env.Undefined();
+  if (haveSpec && spec.ElementLength() % 2) {
+    ThrowRangeError(env, "job.spec holds (id, value) pairs: its length must be even");
+    return env.Undefined();
+  }
+
+  std::shared_ptr<Context> ctx;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    ctx = Ctx();
+    if (Slots().count(uint32_t(slot))) {
+      ThrowRangeError(env, "program slot %lld is in use (programRelease it first)", (long long)slot);
+      return env.Undefined();
+    }
+  }
+  auto prog = std::make_shared<Program>();
+  prog->ctx = ctx;
+  vk::CompileInput in;
+  int setup = 0;
+  if (!ctx) {
+    Refuse(*prog, spirv::R_UNSUPPORTED, "no Vulkan device is open");
+    setup = -ENODEV;
+  } else if (!ReadLimits(env, o.Get("limits"), ctx->info.limits, &in.limits)) {
+    return env.Undefined();
+  } else if (words.ByteLength() > in.limits.maxModuleBytes) {
+    // Refused before copying an oversized module; prepare() gives the same reason.
+    Refuse(*prog, spirv::R_MODULE_SIZE, "module larger than the limit");
+    setup = -EINVAL;
+  } else if (haveSpec && spec.ElementLength() / 2 > in.limits.maxSpecConstants) {
+    Refuse(*prog, spirv::R_SPEC_CONSTANTS, "more specialization constants than the limit");
+    setup = -EINVAL;
+  } else {
+    in.words.assign(words.Data(), words.Data() + words.ElementLength());
+    in.entryIndex = uint32_t(entry);
+    if (haveSpec)
+      for (size_t i = 0; i + 1 < spec.ElementLength(); i += 2)
+        in.spec.push_back({spec[i], spec[i + 1]});
+  }
+  auto guard = std::make_shared<CompileGuard>();
+  guard->prog = prog;
+  PoolTask task = [guard, in = std::move(in)](const std::atomic<bool>&, uint64_t* ns) {
+    return vk::CompileProgram(*guard->prog, in, ns);
+  };
+  uint32_t id = EnqueueTask(env, "submitProgramCompile", std::move(task), setup);
+  if (id == 0) return env.Undefined();
+  std::lock_guard<std::mutex> lk(g_mu);
+  Slots()[uint32_t(slot)] = prog;
+  return Napi::Number::New(env, id);
+}
+
+// submitDispatch({slot, windows, lengths, params?, grid}) → job id.
+Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) {
+    ThrowTypeError(env, "job must be an object {slot, windows, lengths, params, grid}");
+    return env.Undefined();
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  int64_t slot;
+  if (!ValueInt(env, o.Get("slot"), "job.slot", 0, kMaxSlot, &slot)) return env.Undefined();
+  auto in = std::make_shared<vk::DispatchInput>();
+  Napi::Value wv = o.Get("windows"), lv = o.Get("lengths");
+  if (!wv.IsArray() || !lv.IsArray()) {
+    ThrowTypeError(env, "job.windows (bigint[]) and job.lengths (number[]) must be arrays");
+    return env.Undefined();
+  }
+  Napi::Array w = wv.As<Napi::Array>(), l = lv.As<Napi::Array>();
+  if (w.Length() != l.Length() || w.Length() > kMaxWindows) {
+    ThrowRangeError(env, "job.windows and job.lengths must have the same length (at most %zu)", kMaxWindows);
+    return env.Undefined();
+  }
+  for (uint32_t i = 0; i < w.Length(); i++) {
+    Napi::Value a = w.Get(i);
+    if (!a.IsBigInt()) {
+      ThrowTypeError(env, "job.windows[%u] must be a bigint address", i);
+      return env.Undefined();
+    }
+    bool lossless;
+    uint64_t addr = a.As<Napi::BigInt>().Uint64Value(&lossless);
+    int64_t len;
+    if (!lossless) {
+      ThrowRangeError(env, "job.windows[%u] is not a 64-bit address", i);
+      return env.Undefined();
+    }
+    if (!ValueInt(env, l.Get(i), "job.lengths[i]", 0, kMaxSafe, &len)) return env.Undefined();
+    if (len > 0 && addr == 0) {
+      ThrowRangeError(env, "job.windows[%u] is null", i);
+      return env.Undefined();
+    }
+    in->windows.push_back(addr);
+    in->lengths.push_back(uint64_t(len));
+  }
+  Napi::Value pv = o.Get("params");
+  if (!pv.IsUndefined()) {
+    uint8_t* p;
+    size_t n;
+    if (!ValueBytes(env, pv, "job.params", &p, &n)) return env.Undefined();
+    if (n > kMaxParamBytes) {
+      ThrowRangeError(env, "job.params larger than %zu bytes", kMaxParamBytes);
+      return env.Undefined();
+    }
+    in->params.assign(p, p + n);
+  }
+  Napi::Value gv = o.Get("grid");
+  if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) {
+    ThrowTypeError(env, "job.grid must be [x, y, z]");
+    return env.Undefined();
+  }
+  for (uint32_t i = 0; i < 3; i++) {
+    int64_t g;
+    if (!ValueInt(env, gv.As<Napi::Array>().Get(i), "job.grid[i]", 0, UINT32_MAX, &g))
+      return env.Undefined();
+    in->grid[i] = uint32_t(g);
+  }
+  std::shared_ptr<Program> prog;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = Slots().find(uint32_t(slot));
+    if (it == Slots().end()) {
+      ThrowRangeError(env, "program slot %lld is empty", (long long)slot);
+      return env.Undefined();
+    }
+    prog = it->second;
+  }
+  int setup = prog->ctx ? 0 : -ENODEV;
+  PoolTask task = [prog, in](const std::atomic<bool>& cancel, uint64_t* ns) {
+    return vk::DispatchProgram(*prog, *in, cancel, ns);
+  };
+  uint32_t id = EnqueueTask(env, "submitDispatch", std::move(task), setup);
+  if (id == 0) return env.Undefined();
+  return Napi::Number::New(env, id);
+}
+
+// programInfo(slot) → null until the compile finished (or for an empty slot).
+Napi::Value ProgramInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t slot;
+  if (!ValueInt(env, info[0], "slot", 0, kMaxSlot, &slot)) return env.Undefined();
+  std::shared_ptr<Program> prog;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = Slots().find(uint32_t(slot));
+    if (it == Slots().end()) return env.Null();
+    prog = it->second;
+  }
+  std::lock_guard<std::mutex> lk(prog->mu);
+  if (!prog->done) return env.Null();
+  Napi::Object r = Napi::Object::New(env);
+  r.Set("reason", prog->reason);
+  r.Set("message", prog->message);
+  const spirv::EntryInfo& e = prog->entry;
+  if (e.name.empty()) {
+    r.Set("entry", env.Null());  // refused before the entry point was known
+    return r;
+  }
+  Napi::Object eo = Napi::Object::New(env);
+  eo.Set("name", e.name);
+  eo.Set("wg", U32Array(env, e.wg, 3));
+  eo.Set("sharedBytes", e.sharedBytes);
+  eo.Set("pushBytes", e.pushBytes);
+  Napi::Array b = Napi::Array::New(env, e.bindings.size());
+  for (size_t i = 0; i < e.bindings.size(); i++) {
+    Napi::Object bo = Napi::Object::New(env);
+    bo.Set("binding", e.bindings[i].binding);
+    bo.Set("writable", e.bindings[i].writable);
+    b.Set(uint32_t(i), bo);
+  }
+  eo.Set("bindings", b);
+  r.Set("entry", eo);
+  return r;
+}
+
+Napi::Value ProgramRelease(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t slot;
+  if (!ValueInt(env, info[0], "slot", 0, kMaxSlot, &slot)) return env.Undefined();
+  std::shared_ptr<Program> prog;  // destroyed outside the lock (or by the last job using it)
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = Slots().find(uint32_t(slot));
+    if (it != Slots().end()) {
+      prog = std::move(it->second);
+      Slots().erase(it);
+    }
+  }
+  return env.Undefined();
+}
+
+// Import counters since load: {imports, importNs} (each import is one window's page range).
+Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  vk::ImportStats& s = vk::GetImportStats();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("imports", double(s.count.load()));
+  o.Set("importNs", double(s.ns.load()));
+  return o;
+}
+
+}  // namespace
+
+void RegisterVulkan(Napi::Env env, Napi::Object exports) {
+  exports.Set("vulkanDevices", Napi::Function::New(env, VulkanDevices, "vulkanDevices"));
+  exports.Set("vulkanOpen", Napi::Function::New(env, VulkanOpen, "vulkanOpen"));
+  exports.Set("vulkanClose", Napi::Function::New(env, VulkanClose, "vulkanClose"));
+  exports.Set("vulkanStats", Napi::Function::New(env, VulkanStats, "vulkanStats"));
+  exports.Set("submitProgramCompile",
+              Napi::Function::New(env, SubmitProgramCompile, "submitProgramCompile"));
+  exports.Set("submitDispatch", Napi::Function::New(env, SubmitDispatch, "submitDispatch"));
+  exports.Set("programInfo", Napi::Function::New(env, ProgramInfo, "programInfo"));
+  exports.Set("programRelease", Napi::Function::New(env, ProgramRelease, "programRelease"));
+}
+
+}  // namespace vugpu::addon
