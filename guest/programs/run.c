@@ -574,9 +574,9 @@ out:
 /* Outcomes a spin of n iterations may have on this device (hw-spec §6.3.5). */
 enum { SPIN_OK = 1, SPIN_LOOP_LIMIT = 2, SPIN_WATCHDOG = 4 };
 
-static unsigned int spin_expect(uint32_t n)
+static unsigned int spin_expect(uint32_t n32)
 {
-	uint32_t lim = g_lim.max_loop_iterations;
+	uint64_t lim = g_lim.max_loop_iterations, n = n32; /* 64-bit: n + 2 must not wrap */
 
 	if (!lim)
 		return SPIN_OK | SPIN_WATCHDOG; /* no cap: only the watchdog can stop it */
