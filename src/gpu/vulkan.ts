@@ -3,27 +3,9 @@
 // It only compiles and dispatches what the front end (programs.ts, compute.ts) hands it:
 // modules are checked and made stoppable by native/src/spirv inside the compile job, on a pool
 // thread, so a hostile module never reaches the driver unchecked and never blocks the JS thread.
-import { native as addon } from '../native.ts';
-import { jobPool as pool, type JobResult } from './jobs.ts';
+import { native, type VulkanDeviceInfo } from '../native.ts';
+import { jobPool, type JobResult } from './jobs.ts';
 import { PROGRAM_ENVELOPE, type CompiledInfo, type DispatchJob, type ProgramBackend, type ProgramLimits } from './programs.ts';
-
-// TEMPORARY typed view until the addon's Vulkan functions are declared in src/native.ts.
-interface VulkanNative {
-  vulkanDevices(): unknown[];
-  vulkanOpen(o: { device?: string }): unknown;
-  programInfo(slot: number): unknown;
-  programRelease(slot: number): void;
-  vulkanClose(): void;
-}
-interface VulkanPool {
-  acquire(): void;
-  release(): void;
-  cancel(id: number): void;
-  submitProgramCompile(job: object, watchdogMs: number, done: (r: JobResult) => void): number;
-  submitDispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number;
-}
-const native = addon as unknown as VulkanNative;
-const jobPool = pool as unknown as VulkanPool;
 
 export interface VulkanDeviceSummary {
   name: string;
@@ -35,7 +17,7 @@ export interface VulkanDeviceSummary {
 /** Vulkan devices the loader sees (empty when there is no loader or no device). */
 export function vulkanDevices(): VulkanDeviceSummary[] {
   try {
-    return native.vulkanDevices() as VulkanDeviceSummary[];
+    return native.vulkanDevices();
   } catch {
     return [];
   }
@@ -71,22 +53,25 @@ export class VulkanBackend implements ProgramBackend {
   readonly limits: ProgramLimits;
   private closed = false;
 
-  private constructor(info: Record<string, unknown>) {
-    this.device = String(info.name ?? 'unknown Vulkan device');
-    this.driver = String(info.driver ?? '');
-    this.limits = clampLimits((info.limits ?? info) as Clampable);
+  readonly deviceInfo: VulkanDeviceInfo;
+
+  private constructor(info: VulkanDeviceInfo) {
+    this.deviceInfo = info;
+    this.device = info.name;
+    this.driver = `${info.driver} ${info.driverInfo}`.trim();
+    this.limits = clampLimits(info.limits);
   }
 
   /** Open the named device (substring match) or the first suitable one; throws a readable
    * Error when there is none. One Vulkan device per process. */
   static open(deviceName?: string): VulkanBackend {
-    let r: { ok: boolean; info?: Record<string, unknown>; error?: string };
+    let r: ReturnType<typeof native.vulkanOpen>;
     try {
-      r = native.vulkanOpen(deviceName ? { device: deviceName } : {}) as typeof r;
+      r = native.vulkanOpen(deviceName ? { device: deviceName } : {});
     } catch (err) {
       throw new Error(`Vulkan is not usable: ${(err as Error).message}`);
     }
-    if (!r.ok || !r.info) throw new Error(r.error ?? 'no Vulkan device');
+    if (!r.ok) throw new Error(r.error);
     jobPool.acquire(); // compile and dispatch jobs run on the shared pool
     return new VulkanBackend(r.info);
   }
@@ -96,7 +81,9 @@ export class VulkanBackend implements ProgramBackend {
   }
 
   info(slot: number): CompiledInfo {
-    return native.programInfo(slot) as CompiledInfo;
+    const i = native.programInfo(slot);
+    if (!i) return { reason: 0, message: 'no such program slot' };
+    return { reason: i.reason, message: i.message, entry: i.entry ?? undefined };
   }
 
   dispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number {
@@ -119,12 +106,12 @@ export class VulkanBackend implements ProgramBackend {
   }
 
   /** What the SPIR-V front end checks against (program.h Limits): the guest's envelope. */
-  private nativeLimits(): Record<string, unknown> {
+  private nativeLimits() {
     const l = this.limits;
     return {
       maxModuleBytes: l.maxModuleBytes, maxBindings: l.maxBindings, maxPushBytes: l.maxPushBytes,
       maxSpecConstants: l.maxSpecConstants, maxWgInvocations: l.maxWgInvocations, maxWgSize: l.maxWgSize,
-      maxSharedBytes: l.maxSharedBytes, features: l.features, loopLimit: l.loopLimit, subgroupSize: l.subgroupSize,
+      maxSharedBytes: l.maxSharedBytes, features: l.features, loopLimit: l.loopLimit,
     };
   }
 }
