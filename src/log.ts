@@ -2,10 +2,19 @@
 // Level from VUGPU_LOG (trace|debug|info|warn|error|fatal|silent), default 'info'; JSON lines to stderr.
 import pino from 'pino';
 
+const stderr = pino.destination({ fd: 2, sync: true });
+/** Rewrites each JSON line before it is written (setLogFormat: a readable form on a terminal). */
+let format: ((line: string) => string) | null = null;
+
 export const logger = pino(
   { level: process.env.VUGPU_LOG ?? 'info', base: { pid: process.pid } },
-  pino.destination({ fd: 2, sync: true }),
+  { write: (line: string) => stderr.write(format === null ? line : format(line)) },
 );
+
+/** Install (or, with null, remove) a line formatter; the default is pino's JSON lines. */
+export function setLogFormat(f: ((line: string) => string) | null): void {
+  format = f;
+}
 
 export type Logger = typeof logger;
 

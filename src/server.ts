@@ -11,6 +11,7 @@ import type { ProgramBackend } from './gpu/programs.ts';
 import { PassthroughVgpu } from './aggregator/passthrough.ts';
 // Mediated modes (aggregator): one Aggregator shares the engine among the VMs.
 import { Aggregator } from './aggregator/aggregator.ts';
+import { createPolicy } from './aggregator/scheduler/index.ts';
 import { MediatedVgpu } from './aggregator/mediated.ts';
 import { MetricsRegistry, startMetricsServer, type MetricsServer } from './aggregator/metrics.ts';
 import { logger } from './log.ts';
@@ -45,6 +46,8 @@ export interface VugpuOptions {
   /** Policy parameters (scheduler/registry.ts), e.g. { yieldNs } for band. */
   policyConfig?: object;
   metricsPort?: number;
+  /** Address of the metrics server (default 127.0.0.1). */
+  metricsHost?: string;
   /** Trace file: record trapped MMIO and vGPU events (src/trace). */
   trace?: string;
   /** Accept DMA fds that are not sealed against shrinking (memory-backend-file guests). A
@@ -89,8 +92,8 @@ export class Vugpu {
   readonly engine: Engine;
   readonly server: Server;
   readonly vms = new Map<string, PassthroughVgpu | MediatedVgpu>();
-  /** Present when some VM is mediated. */
-  readonly aggregator: Aggregator | null = null;
+  /** Present when some VM is mediated (made by the first one: at start, or by addVm). */
+  aggregator: Aggregator | null = null;
   readonly metrics = new MetricsRegistry();
   private metricsServer: Promise<MetricsServer> | null = null;
   readonly tracer: Tracer | null = null;
@@ -101,7 +104,8 @@ export class Vugpu {
 
   constructor(opts: VugpuOptions, adopt?: VugpuAdopt) {
     this.options = opts;
-    if (opts.vms.length === 0) throw new Error('at least one VM socket is required');
+    // No VM at all is fine: a service started empty gets its VMs through the control API.
+    this.policyChoice = { name: opts.policy ?? 'fifo', config: opts.policyConfig };
     const backend = opts.engine ?? 'auto';
     this.programs = openProgramBackend(backend, opts.vulkanDevice);
     this.engine = new Engine({
@@ -146,12 +150,150 @@ export class Vugpu {
       if (adopt?.listen) adopt.listen(vm, vgpu.device, this.server);
       else this.server.listen(vm.socket, vgpu.device);
       this.vms.set(vm.name, vgpu);
+      this.vmConfigs.set(vm.name, { ...vm });
     }
     if (opts.metricsPort !== undefined) {
-      this.metricsServer = startMetricsServer(this.metrics, { port: opts.metricsPort });
+      const port = opts.metricsPort;
+      this.metricsServer = startMetricsServer(this.metrics, { port, host: opts.metricsHost }).catch((err: NodeJS.ErrnoException) => {
+        throw new Error(`metrics-port ${port}: ${err.code === 'EADDRINUSE' ? 'the port is in use' : err.code === 'EACCES' ? 'permission denied' : err.message}`);
+      });
       this.metricsServer.catch((err: unknown) => logger.error({ err }, 'metrics server failed to start'));
     }
     logger.info({ vms: opts.vms.map((v) => `${v.name}:${v.mode}`) }, 'vugpu serving');
+  }
+
+  /** Resolves once every listener is up (the metrics server); rejects with a readable error. */
+  async started(): Promise<void> {
+    await this.metricsServer;
+  }
+
+  // ---- Run-time changes (the control API, src/service/control.ts). Each touches only its own
+  // VM: an added VM gets a free slice and its own socket, a removed one releases only its own.
+
+  /** Every VM's configuration (from the start or added since), by name. */
+  readonly vmConfigs = new Map<string, VmConfig>();
+  private readonly draining = new Set<string>();
+  /** The policy the aggregator has or will get (setPolicy before the first mediated VM). */
+  private policyChoice: { name: string; config?: object };
+
+  /** Add a mediated VM beside running ones (slice default: ADD_SLICE_DEFAULT). */
+  addVm(vm: VmConfig): VmConfig {
+    if (this.vms.has(vm.name)) throw new VmChangeError('exists', `a VM named ${vm.name} already exists`);
+    const same = [...this.vmConfigs.values()].find((v) => v.socket === vm.socket);
+    if (same || this.server.listener(vm.socket)) throw new VmChangeError('conflict', `socket ${vm.socket} is already in use by VM ${same?.name ?? '(unknown)'}`);
+    if (vm.mode === 'pt') throw new VmChangeError('invalid', 'mode pt gives one VM the whole GPU: it is chosen at start (vugpu serve --mode pt), not added at run time');
+    const pt = [...this.vmConfigs.values()].find((v) => v.mode === 'pt');
+    if (pt) throw new VmChangeError('conflict', `VM ${pt.name} has the whole GPU (mode pt): remove it before adding mediated VMs`);
+    this.aggregator ??= new Aggregator({ engine: this.engine, policy: this.policyChoice.name, policyConfig: this.policyChoice.config, metrics: this.metrics });
+    const slice = vm.slice ?? ADD_SLICE_DEFAULT;
+    let vgpu: MediatedVgpu;
+    try {
+      vgpu = new MediatedVgpu(this.aggregator, { name: vm.name, mode: vm.mode, slice, weight: vm.weight }, this.tracer ?? undefined);
+    } catch (err) {
+      const msg = (err as Error).message;
+      throw new VmChangeError(/no room/.test(msg) ? 'no-room' : 'invalid', msg);
+    }
+    try {
+      fs.mkdirSync(path.dirname(vm.socket), { recursive: true });
+      this.server.listen(vm.socket, vgpu.device);
+    } catch (err) {
+      vgpu.close();
+      throw new VmChangeError('invalid', `cannot listen on ${vm.socket}: ${(err as Error).message}`);
+    }
+    const cfg = { ...vm, slice };
+    this.vms.set(vm.name, vgpu);
+    this.vmConfigs.set(vm.name, cfg);
+    return cfg;
+  }
+
+  /** Remove a VM: refused while a QEMU is attached unless forced (that guest loses its GPU). */
+  removeVm(name: string, force = false): { hadClient: boolean } {
+    const vgpu = this.vms.get(name);
+    const cfg = this.vmConfigs.get(name);
+    if (!vgpu || !cfg) throw new VmChangeError('not-found', `there is no VM named ${name}`);
+    const hadClient = (this.server.listener(cfg.socket)?.endpoint ?? null) !== null;
+    if (hadClient && !force) {
+      throw new VmChangeError('attached', `VM ${name} has a QEMU attached: stop that guest first, drain the VM (it is removed when the guest goes), or force it (the guest loses its GPU)`);
+    }
+    this.server.unlisten(cfg.socket);
+    if (vgpu instanceof MediatedVgpu) vgpu.close();
+    else this.metrics.unregister(name);
+    this.vms.delete(name);
+    this.vmConfigs.delete(name);
+    this.draining.delete(name);
+    return { hadClient };
+  }
+
+  /** Drain: the VM takes no new client and is removed when its QEMU goes (at once if none). */
+  drainVm(name: string): 'removed' | 'draining' {
+    const cfg = this.vmConfigs.get(name);
+    if (!cfg) throw new VmChangeError('not-found', `there is no VM named ${name}`);
+    const l = this.server.listener(cfg.socket);
+    if (!l?.endpoint) {
+      this.removeVm(name);
+      return 'removed';
+    }
+    if (!this.draining.has(name)) {
+      this.draining.add(name);
+      const off = l.onClientGone(() => {
+        off();
+        if (!this.draining.has(name) || this.vmConfigs.get(name) !== cfg) return;
+        this.removeVm(name);
+        logger.info({ vm: name }, 'drained VM removed (its client is gone)');
+      });
+    }
+    return 'draining';
+  }
+
+  setWeight(name: string, weight: number): void {
+    const vgpu = this.vms.get(name);
+    if (!vgpu) throw new VmChangeError('not-found', `there is no VM named ${name}`);
+    if (!(vgpu instanceof MediatedVgpu)) throw new VmChangeError('invalid', `VM ${name} is in mode pt: it has the whole GPU, so weights do not apply`);
+    this.aggregator!.setWeight(vgpu.vgpu, weight);
+    this.vmConfigs.get(name)!.weight = weight;
+  }
+
+  /** Change the scheduling policy; `switched` is false while a submission finishes first. */
+  setPolicy(name: string, config?: object): { switched: boolean } {
+    const next = createPolicy(name, config ?? {});
+    this.policyChoice = { name, config };
+    return { switched: this.aggregator ? this.aggregator.dispatcher.setPolicy(next) : true };
+  }
+
+  /** The policy asked for (the aggregator's, once a pending switch is done). */
+  get policyName(): string {
+    return this.policyChoice.name;
+  }
+
+  /** Each VM with its state and counters. */
+  listVms(): VmStatus[] {
+    return [...this.vmConfigs.values()].map((c) => {
+      const v = this.vms.get(c.name);
+      const l = this.server.listener(c.socket);
+      const med = v instanceof MediatedVgpu ? v.vgpu : null;
+      const m = this.metrics.get(c.name);
+      return {
+        name: c.name, mode: c.mode, socket: c.socket,
+        state: this.draining.has(c.name) ? 'draining' : l?.endpoint ? 'attached' : 'idle',
+        clients: l?.accepted ?? 0,
+        sliceBytes: med ? med.slice.size : this.engine.vramSize,
+        weight: med ? med.weight : null,
+        pending: med && this.aggregator?.policy.hasVm(c.name) ? this.aggregator.policy.pending(c.name) : 0,
+        counters: m ? { ...m } : {},
+      };
+    });
+  }
+
+  /** VRAM for slices: total, free and the largest free range (bytes). */
+  vramStatus(): { totalBytes: number; sliceAreaBytes: number; freeBytes: number; largestFreeBytes: number } {
+    const total = this.engine.vramSize;
+    const a = this.aggregator?.slices;
+    const pt = [...this.vmConfigs.values()].some((v) => v.mode === 'pt');
+    if (!a) {
+      const area = pt ? 0 : total - hostReservedBytes(total);
+      return { totalBytes: total, sliceAreaBytes: area, freeBytes: area, largestFreeBytes: area };
+    }
+    return { totalBytes: total, sliceAreaBytes: a.size, freeBytes: a.size - a.s.inUse, largestFreeBytes: a.largestFree };
   }
 
   close(): void {
@@ -168,4 +310,37 @@ export class Vugpu {
 /** Slice for a mediated VM without slice=: an equal share of the VRAM, as a power of two. */
 function defaultSlice(available: number, vms: number): number {
   return 2 ** Math.floor(Math.log2(Math.max(1 << 20, available / vms)));
+}
+
+/** Slice of a VM added at run time without one. */
+export const ADD_SLICE_DEFAULT = 256 << 20;
+
+/** The aggregator's default host-reserved VRAM (aggregator.ts): what slices cannot use. */
+function hostReservedBytes(vram: number): number {
+  return Math.max(16 << 20, Math.floor(vram / 16 / (1 << 20)) * (1 << 20));
+}
+
+export interface VmStatus {
+  name: string;
+  mode: VmMode;
+  socket: string;
+  /** idle: no QEMU; attached: a QEMU is connected; draining: removed when its QEMU goes. */
+  state: 'idle' | 'attached' | 'draining';
+  /** Clients (QEMU connections) accepted on its socket so far. */
+  clients: number;
+  sliceBytes: number;
+  weight: number | null;
+  /** Submissions waiting in the scheduler. */
+  pending: number;
+  counters: Record<string, unknown>;
+}
+
+/** A run-time change the server refuses; the control API maps `code` to its status. */
+export class VmChangeError extends Error {
+  readonly code: 'not-found' | 'exists' | 'conflict' | 'attached' | 'no-room' | 'invalid';
+  constructor(code: VmChangeError['code'], message: string) {
+    super(message);
+    this.name = 'VmChangeError';
+    this.code = code;
+  }
 }

@@ -116,11 +116,28 @@ export interface MetricsSnapshot {
   timestampMs: number;
   engine?: EngineInfo;
   vms: (VmCounters & { vm: string; mode: string })[];
+  /** Extra families (addFamily), by name. */
+  families?: Record<string, { labels: Record<string, string>; value: number }[]>;
+}
+
+/** A metric family beyond the per-VM table (the service's: control actions, VRAM room), read
+ * when scraped. `name` without the vugpu_ prefix. */
+export interface ExtraFamily {
+  name: string;
+  type: 'counter' | 'gauge';
+  help: string;
+  samples(): { labels: Record<string, string>; value: number }[];
 }
 
 export class MetricsRegistry {
   private readonly vms = new Map<string, VmMetrics>();
   private engine: EngineInfo | undefined;
+  private readonly extra: ExtraFamily[] = [];
+
+  addFamily(f: ExtraFamily): void {
+    if (this.extra.some((e) => e.name === f.name)) throw new Error(`metrics: family ${f.name} is already registered`);
+    this.extra.push(f);
+  }
 
   setEngineInfo(info: EngineInfo): void {
     this.engine = { ...info };
@@ -152,7 +169,9 @@ export class MetricsRegistry {
   }
 
   snapshot(): MetricsSnapshot {
-    return { timestampMs: Date.now(), engine: this.engine, vms: this.list().map((m) => ({ ...m })) };
+    const snap: MetricsSnapshot = { timestampMs: Date.now(), engine: this.engine, vms: this.list().map((m) => ({ ...m })) };
+    if (this.extra.length > 0) snap.families = Object.fromEntries(this.extra.map((f) => [f.name, f.samples()]));
+    return snap;
   }
 
   renderJson(): string {
@@ -180,6 +199,14 @@ export class MetricsRegistry {
       out.push(`# HELP ${name} ${escapeHelp(def.help)}`, `# TYPE ${name} ${def.type}`);
       for (let i = 0; i < vms.length; i++) {
         out.push(`${name}${labels[i]} ${formatValue(vms[i]![def.field] * def.scale)}`);
+      }
+    }
+    for (const f of this.extra) {
+      const name = METRIC_PREFIX + f.name;
+      out.push(`# HELP ${name} ${escapeHelp(f.help)}`, `# TYPE ${name} ${f.type}`);
+      for (const smp of f.samples()) {
+        const l = Object.entries(smp.labels).map(([k, v]) => `${k}="${escapeLabelValue(v)}"`).join(',');
+        out.push(`${name}${l ? `{${l}}` : ''} ${formatValue(smp.value)}`);
       }
     }
     return out.join('\n') + '\n';

@@ -16,8 +16,11 @@ export interface DispatcherHost<T = unknown> {
 }
 
 export class Dispatcher<T = unknown> {
-  readonly policy: SchedulerPolicy;
+  /** Replaced only by setPolicy (run-time policy change). */
+  policy: SchedulerPolicy;
   private readonly host: DispatcherHost<T>;
+  /** A policy waiting for the running submission to complete (setPolicy). */
+  private nextPolicy: SchedulerPolicy | null = null;
   private timer: T | null = null;
   private timerAt = 0;
   private readonly onTimer = (): void => {
@@ -39,7 +42,35 @@ export class Dispatcher<T = unknown> {
   /** The engine reported vm's submission done (channel idle) after deviceNs of device time. */
   complete(vm: VmId, deviceNs: number): void {
     this.policy.onComplete(vm, deviceNs, this.host.now());
+    if (this.nextPolicy !== null) this.switchPolicy(this.nextPolicy);
     this.kick();
+  }
+
+  /**
+   * Change the policy at run time (the control API): the VMs, their weights and pending
+   * submissions move to `next`; credit and history start afresh. While a submission is on the
+   * device the switch waits for its completion, so that no policy sees a completion it did not
+   * dispatch. Returns true when the switch happened now.
+   */
+  setPolicy(next: SchedulerPolicy): boolean {
+    if (this.policy.running !== null) {
+      this.nextPolicy = next;
+      return false;
+    }
+    this.switchPolicy(next);
+    this.kick();
+    return true;
+  }
+
+  private switchPolicy(next: SchedulerPolicy): void {
+    this.nextPolicy = null;
+    const now = this.host.now();
+    for (const [vm, s] of Object.entries(this.policy.state().vms)) {
+      next.addVm(vm, { weight: s.weight }, now);
+      for (let i = 0; i < s.pending; i++) next.enqueue(vm, now);
+    }
+    this.clearTimer();
+    this.policy = next;
   }
 
   get busy(): boolean {
