@@ -485,6 +485,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   // ---- report ----
   di.name = base.deviceName;
   di.type = TypeName(base.deviceType);
+  di.cpuDevice = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   di.apiVersion = base.apiVersion;
   di.api = ApiString(base.apiVersion);
   di.vendorId = base.vendorID;

@@ -30,6 +30,8 @@ Program::~Program() {
 
 namespace {
 
+constexpr uint64_t kSpinNs = 100'000;  // polling before the first blocking wait (GPUs only)
+
 void Finish(Program& prog, uint32_t reason, std::string message) {
   std::lock_guard<std::mutex> lk(prog.mu);
   prog.reason = reason;
@@ -371,6 +373,13 @@ int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bo
 
   bool cancelled = false;
   if (submitted) {
+    // A GPU finishes short launches in microseconds: poll briefly before sleeping in the driver
+    // (H100: empty launch 44 → 22 µs). Not on a CPU device, whose threads need the cores.
+    if (!di.cpuDevice) {
+      uint64_t until = NowNs() + kSpinNs;
+      while (NowNs() < until && f.vkWaitForFences(c.device, 1, &lane->fence, VK_TRUE, 0) == VK_TIMEOUT) {
+      }
+    }
     // Wait in 1 ms slices so a cancel reaches the program through its cancel word.
     for (;;) {
       r = f.vkWaitForFences(c.device, 1, &lane->fence, VK_TRUE, 1'000'000);

@@ -96,6 +96,7 @@ struct DeviceInfo {
   uint32_t robustStorageAlign = 1;    // robustStorageBufferAccessSizeAlignment (bounds rounding)
   bool nullDescriptor = false;        // zero-length bindings become null descriptors
   bool cancelWordDeviceLocal = false; // control block in DEVICE_LOCAL|HOST_VISIBLE memory
+  bool cpuDevice = false;             // VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): never spin-wait
   uint32_t queueFamily = 0;
 };
 
