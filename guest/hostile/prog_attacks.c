@@ -291,7 +291,7 @@ static int oob_access(struct ctx *x)
 		int32_t r, w;
 	} cases[] = {
 		{ "read_and_write_past_the_end", (int32_t)words_in, (int32_t)words_in + 3 },
-		{ "read_and_write_before_the_start", -(int32_t)WG - 4, -1 },
+		{ "read_and_write_before_the_start", -(int32_t)WG - 4, -(int32_t)WG - 1 },
 		{ "read_and_write_far_away", 0x3fffffff, 0x40000000 },
 		{ "write_just_past_the_end_only", (int32_t)words_in, (int32_t)words_in },
 	};
@@ -311,25 +311,35 @@ static int oob_access(struct ctx *x)
 		bind(&l, 1, out, OUT_BYTES, 0);
 		snprintf(what, sizeof(what), "%s", cases[i].name);
 		ok &= case_launch(x, &j, what, &l, &e);
-		if (programs_on(x)) {
-			for (uint32_t g = 0; g < WG; g++) {
-				uint32_t v = vr32(&x->d, out + 4 * g);
-				uint64_t ri = (uint64_t)g + (uint32_t)cases[i].r;
+		{
+			int rz = 1, out_ok = 1, in_ok = 1;
 
-				/* every read of these cases is outside: 0 (an index that wraps to inside reads the data) */
-				if (ri % (1ull << 32) < words_in ? v != 0x1000u + (uint32_t)(ri % (1ull << 32)) : v != 0)
-					reads_zero = 0;
+			if (programs_on(x)) {
+				for (uint32_t g = 0; g < WG; g++) {
+					uint32_t v = vr32(&x->d, out + 4 * g);
+					uint64_t ri = ((uint64_t)g + (uint32_t)cases[i].r) % (1ull << 32);
+
+					/* an index that wraps around 2^32 to inside reads the data; every other is outside: 0 */
+					if (ri < words_in ? v != 0x1000u + (uint32_t)ri : v != 0)
+						rz = 0;
+				}
+			} else if (!vcheck(&x->d, out, SENTINEL, OUT_BYTES)) {
+				rz = 0; /* nothing may run */
 			}
-		} else if (!vcheck(&x->d, out, SENTINEL, OUT_BYTES)) {
-			reads_zero = 0; /* nothing may run */
-		}
-		for (uint64_t a = region; a < region + 3 * 4096; a += 4) {
-			if (a >= in && a < in + len) {
-				if (vr32(&x->d, a) != 0x1000u + (uint32_t)((a - in) / 4))
-					inside_untouched = 0;
-			} else if (vr32(&x->d, a) != CANARY) {
-				outside_untouched = 0;
+			for (uint64_t a = region; a < region + 3 * 4096; a += 4) {
+				if (a >= in && a < in + len) {
+					if (vr32(&x->d, a) != 0x1000u + (uint32_t)((a - in) / 4))
+						in_ok = 0;
+				} else if (vr32(&x->d, a) != CANARY) {
+					out_ok = 0;
+				}
 			}
+			/* per case, after its launch record */
+			jsf(&j, ",{\"what\":\"%s_result\",\"oob_reads_zero\":%s,\"canaries_untouched\":%s,\"binding_untouched\":%s}",
+			    cases[i].name, rz ? "true" : "false", out_ok ? "true" : "false", in_ok ? "true" : "false");
+			reads_zero &= rz;
+			outside_untouched &= out_ok;
+			inside_untouched &= in_ok;
 		}
 	}
 	ok &= reads_zero && outside_untouched && inside_untouched;

@@ -18,7 +18,8 @@
  * 1.0, every limit within vugpu's envelope), then probes, each on a fresh context: launches one
  * step past a limit must come back as VG_ERROR_INVALID_PROGRAM with the BAD_PROGRAM reason of
  * hw-spec §6.3.6 ("limit-<what>"), a launch exactly at the limits must succeed.
- * --spin N: the spin sample with N loop iterations per invocation: success (verified) while N is
+ * --spin N: the spin sample with N loop iterations per invocation ("program-spin-run", with
+ * "iterations", "expect" and "outcome"): success (verified) while N is
  * below PROG_MAX_LOOP_ITERATIONS, PROGRAM_LOOP_LIMIT at or above it; with no loop limit,
  * success or WATCHDOG — never a wrong result.
  * --repeat N / --loop: the selected mode N times / until killed ("round" in every record, a
@@ -1015,7 +1016,7 @@ int main(int argc, char **argv)
 			limits_check();
 			limits_probes();
 		} else if (g_opt.spin) {
-			rec_init(&r, "program-spin");
+			rec_init(&r, "program-spin-run");
 			run_spin_n(&r, g_opt.spin_n);
 			report(&r);
 		} else {
