@@ -114,11 +114,13 @@ export interface ProgramStats {
   cached: number;
 }
 
+/** Program slots are process-wide in the addon: one counter for every cache in the process. */
+let nextSlot = 1;
+
 export class ProgramCache {
   readonly backend: ProgramBackend;
   private readonly perOwner: number;
   private readonly owners = new Map<number, OwnerCache>();
-  private nextSlot = 1;
   private clock = 0;
   readonly stats: ProgramStats = { compiles: 0, compileNs: 0, hits: 0, refused: 0, cached: 0 };
 
@@ -153,7 +155,7 @@ export class ProgramCache {
       return p;
     }
     this.evict(oc);
-    const prog: Program = { key, slot: this.nextSlot++, state: COMPILING, info: null, users: 0, dropped: false, lastUse: ++this.clock, waiters: [] };
+    const prog: Program = { key, slot: nextSlot++, state: COMPILING, info: null, users: 0, dropped: false, lastUse: ++this.clock, waiters: [] };
     oc.programs.set(key, prog);
     this.stats.cached++;
     // The module words are copied now: the guest may change its memory while the compile waits.
