@@ -194,7 +194,8 @@ export class SocketTransport implements Transport {
         applied = a.applied !== null && sameId(a.applied, msg);
       }
       if (first !== undefined) seenAt = first;
-      recovery = { slot, applied, waitedMs: first === undefined ? null : monoMs() - first };
+      // Only requests the journal or the keeper know something about; the rest are fresh.
+      if (slot !== 'none' || first !== undefined) recovery = { slot, applied, waitedMs: first === undefined ? null : monoMs() - first };
       if (k + 1 >= a.arrivals.length) this.adopted = null; // later requests are fresh
     }
     j.seen(msg.msgId, msg.command, msg.size, msg.flags, seenAt);

@@ -371,6 +371,12 @@ export class Keeper {
 
   /** Number of vfio-user messages (whole or begun) queued on a connected socket, or -1. */
   private queuedMessages(fd: number): number {
+    // Never block the keeper on an empty queue (servers use these sockets non-blocking anyway).
+    try {
+      native.setNonblock(fd, true);
+    } catch {
+      return -1;
+    }
     if (native.setPeekOffset(fd, 0) < 0) return -1;
     let have = 0;
     for (;;) {
