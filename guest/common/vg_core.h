@@ -121,6 +121,7 @@ struct vg_ctx {
 	/* error state: written by vg_irq under the platform lock */
 	u32 err_code, err_info;
 	u32 err_reason;       /* PFIFO_CHAN_ERR_REASON when err_code is BAD_PROGRAM */
+	bool err_reported;    /* the error was returned to a caller (ENGINE_LOST: recover next) */
 	u64 fault_va;
 	u32 fault_info;
 	bool fault_valid;

@@ -228,15 +228,23 @@ static void ring_kick(struct vg_ctx *c)
 	vg_wr(c->dev, VG_DOORBELL, (u32)c->chid);
 }
 
+static int ctx_recover(struct vg_ctx *c);
+
 int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 *seq)
 {
 	struct vg_dev *d = c->dev;
 	u32 fence[VG_FENCE_DWORDS];
 	u32 get, bytes, s0, s1;
 	s64 off;
+	bool reported = c->err_reported;
 	int ret;
 
 	ret = vg_ctx_status(c, NULL);
+	if (ret && reported && READ_ERR(c) == VG_CERR_ENGINE_LOST) {
+		ret = ctx_recover(c); /* reported once already: carry on on a rebound channel */
+		if (!ret)
+			ret = vg_ctx_status(c, NULL);
+	}
 	if (ret)
 		return ret;
 	if (!c->bound)
@@ -344,6 +352,7 @@ int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
 		err->seq_done = c->sem_addr ? vg_ctx_seq_completed(c) : 0;
 	if (!code)
 		return 0;
+	c->err_reported = true;
 	return code == VG_CERR_MMU_FAULT ? -EFAULT : -EIO;
 }
 
@@ -586,6 +595,58 @@ static int chan_bind(struct vg_ctx *c)
 	vg_wr(d, VG_PFIFO_CHAN_STATE(chid), VG_STATE_ENABLE);
 	vg_unlock(d);
 	return 0;
+}
+
+/*
+ * ENGINE_LOST (hw-spec §8.2): the device restarted (vugpu was restarted or upgraded under the
+ * VM) while this channel had work; that work is gone, its results undefined. The error is
+ * returned once (to the WAIT or SUBMIT that meets it); the next submission lands here: rebind
+ * the channel (which clears the error and resets GP_GET), start again from an empty ring, count
+ * the lost fences as passed, bind the classes again. A long-lived context thus survives a
+ * restart without its user's help.
+ */
+static int ctx_recover(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	vg_irqflags_t fl;
+	u32 chid, st, i;
+	u32 init[4];
+	u64 seq;
+
+	if (c->chid < 0 || !c->bound)
+		return -ENODEV;
+	chid = (u32)c->chid;
+	vg_lock(d);
+	vg_wr(d, VG_PFIFO_CHAN(chid), VG_CHAN_VALID | (u32)(c->inst_addr >> 12));
+	st = vg_rd(d, VG_PFIFO_CHAN_STATE(chid));
+	if (st & VG_STATE_ERROR) {
+		vg_unlock(d);
+		vg_err(d, "channel %u: rebind after ENGINE_LOST rejected", chid);
+		return -EIO;
+	}
+	c->gp_put = 0;
+	c->pb_put = 0;
+	for (i = 0; i < VG_GPFIFO_ENTRIES; i++) {
+		c->gp_pb_start[i] = 0;
+		c->gp_seq[i] = 0;
+	}
+	vg_vram_wr32(d, c->sem_addr, (u32)c->seq); /* every fence before now counts as passed */
+	c->irq_armed_seq = c->seq;
+	vg_os_lock(&d->os, fl);
+	c->err_code = 0;
+	c->err_info = 0;
+	c->err_reason = 0;
+	c->fault_valid = false;
+	c->err_reported = false;
+	vg_os_unlock(&d->os, fl);
+	vg_wr(d, VG_PFIFO_CHAN_STATE(chid), VG_STATE_ENABLE);
+	vg_unlock(d);
+	vg_warn(d, "channel %u: recovered from ENGINE_LOST (rebound; the lost work is not redone)", chid);
+	init[0] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, 1);
+	init[1] = VG_CLASS_COMPUTE;
+	init[2] = VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1);
+	init[3] = VG_CLASS_COPY;
+	return vg_ctx_submit(c, init, 4, 0, &seq);
 }
 
 int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)

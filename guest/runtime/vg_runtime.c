@@ -190,7 +190,10 @@ static vgResult channel_error(vgContext ctx, const struct vugpu_error *e)
 		snprintf(ctx->detail + n, sizeof(ctx->detail) - (size_t)n, "; MMU fault at VA 0x%010llx: %s on %s by %s",
 			 (unsigned long long)e->fault_va, vg_fault_name(VG_FAULT_INFO_REASON(e->fault_info)),
 			 VG_FAULT_INFO_WRITE(e->fault_info) ? "write" : "read", vg_unit_name(VG_FAULT_INFO_UNIT(e->fault_info)));
-	ctx->sticky = r;
+	/* ENGINE_LOST is reported once and not sticky: the driver rebinds the channel on the next
+	 * submission (a restart of vugpu under the VM), so the context carries on. */
+	if (e->code != VG_CERR_ENGINE_LOST)
+		ctx->sticky = r;
 	return r;
 }
 
