@@ -1,10 +1,12 @@
 #version 450
 // K_LOOP: the 32-bit LCG chain, state = state * 1664525 + 1013904223 (mod 2^32), stepped in
-// chunks: each launch takes at most CHUNK steps (CHUNK/16 back-edges, under the CPU device's
-// per-launch loop cap) and keeps its progress in the result record, so the plan repeats one
-// identical launch until the iteration count is reached (or the engine's clock says target_ns).
-// The multiplier and increment come in push constants so no compiler can fold 16 steps into
-// one affine map: the chain stays dependent, time ∝ steps, as in the native kernel.
+// chunks: each launch takes at most CHUNK steps and keeps its progress in the result record, so
+// the plan repeats one identical launch until the iteration count is reached (or the engine's
+// clock says target_ns). 64 steps per loop back-edge keep a launch far under the CPU device's
+// loop cap (≤ 15,063 back-edges) and make the cancel check the loop rewrite adds at every
+// back-edge cheap next to the work (on an H100 it costs about as much as 16 steps).
+// The multiplier and increment come in push constants so no compiler can fold steps into one
+// affine map: the chain stays dependent, time ∝ steps, as in the native kernel.
 layout(local_size_x = 1) in;
 
 layout(set = 0, binding = 0) buffer Record {
@@ -19,8 +21,8 @@ layout(push_constant) uniform Params {
   uint mul, inc;              // 24, 28: 1664525, 1013904223
 } pc;
 
-const uint UNROLL = 16u;
-const uint CHUNK = UNROLL * 60000u;  // steps per launch: 60,000 back-edges
+const uint UNROLL = 64u;
+const uint CHUNK = 960000u;  // steps per launch (src/gpu/program/builtins.ts LOOP_CHUNK): 15,000 back-edges
 
 void main() {
   uint done_lo = 0u, done_hi = 0u, state = pc.seed;
@@ -37,11 +39,10 @@ void main() {
     if (rem_hi == 0u && rem_lo < n) n = rem_lo;
   }
   const uint a = pc.mul, c = pc.inc;
+#define STEP4 state = state * a + c; state = state * a + c; state = state * a + c; state = state * a + c;
+#define STEP16 STEP4 STEP4 STEP4 STEP4
   for (uint i = n / UNROLL; i > 0u; i--) {
-    state = state * a + c; state = state * a + c; state = state * a + c; state = state * a + c;
-    state = state * a + c; state = state * a + c; state = state * a + c; state = state * a + c;
-    state = state * a + c; state = state * a + c; state = state * a + c; state = state * a + c;
-    state = state * a + c; state = state * a + c; state = state * a + c; state = state * a + c;
+    STEP16 STEP16 STEP16 STEP16
   }
   for (uint i = n % UNROLL; i > 0u; i--) state = state * a + c;
   uint carry;

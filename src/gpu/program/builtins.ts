@@ -40,7 +40,7 @@ export interface BuiltinPlan {
   dispatches: BuiltinDispatch[];
   /**
    * LOOP's target_ns: stop after the launch during which this much time passed since the plan
-   * started (the native kernel checks every 65,536 steps; a launch here is ≤ 960,000 steps).
+   * started (the native kernel checks every 65,536 steps; a LOOP launch is ≤ 960,000 steps).
    */
   timeLimitNs?: bigint;
   /** Store the plan's elapsed ns (u64 LE) here when it ends, also when cancelled (LOOP's record). */
@@ -73,8 +73,8 @@ const MAX_ELEMS = 2 ** 31;  // the GPU forms' 32-bit indexing (see above)
 const MAX_GRID = 65535;
 const WG = 256;  // elementwise workgroup width
 
-/** Steps of the LCG one LOOP launch takes (loop.comp: 16 per back-edge). */
-export const LOOP_CHUNK = 16 * LOOP_BUDGET;
+/** Steps of the LCG one LOOP launch takes (loop.comp's CHUNK: 64 per back-edge, 15,000 back-edges). */
+export const LOOP_CHUNK = 960_000;
 /** Depth of k one GEMM launch sums (gemm.glsl: one back-edge per 16). */
 const GEMM_K_SLICE = 16 * LOOP_BUDGET;
 /** Inputs one BACKPROP_FORWARD launch sums (16 lanes, one back-edge per term each). */
