@@ -8,7 +8,10 @@
  * each timed with clock_gettime) and BAR1 bandwidth. `VUGPU-PHASE {...}` lines mark long loops
  * (the SIGKILL test kills QEMU in the middle of one). Exit status: number of failed checks.
  *
- * Usage: foundation-test [--dev /dev/vugpu-diag0] [--checks] [--bench N]
+ * With `--probe S`, S seconds of back-to-back trapped reads as a guest sees a server restart or a
+ * live upgrade (one `VUGPU-PAUSE` line per slow access, one `VUGPU-PROBE` summary).
+ *
+ * Usage: foundation-test [--dev /dev/vugpu-diag0] [--checks] [--bench N] [--probe S]
  *   (no mode option: --checks)
  */
 #include <errno.h>
@@ -512,6 +515,65 @@ static int bench(struct ctx *c, unsigned n)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ probe */
+
+#define PROBE_VALUE 0x600df00du
+#define PROBE_SLOW_NS 5000000ull /* an access slower than 5 ms is a pause */
+#define PROBE_SAMPLES (1u << 18)
+
+/*
+ * --probe S: trapped BAR0 reads of scratch 0 back to back for S seconds. A server restart or
+ * upgrade shows up as one access that takes as long as the guest is paused: every access over
+ * 5 ms is one VUGPU-PAUSE line (its length, when it began, whether it read the value written
+ * before: a failed access reads all-ones). At the end one VUGPU-PROBE line: accesses, pauses,
+ * bad reads, and latency percentiles of the last PROBE_SAMPLES normal accesses.
+ */
+static int probe(struct ctx *c, unsigned secs)
+{
+	volatile uint32_t *r = &c->bar0[VUGPU_DIAG_SCRATCH(0) / 4];
+	uint64_t *ns = calloc(PROBE_SAMPLES, sizeof(*ns));
+	uint64_t start, end, t0, t1, d, count = 0, kept = 0;
+	unsigned pauses = 0, bad = 0;
+	double worst_ms = 0;
+	struct stats s;
+	uint32_t v;
+
+	if (!ns)
+		return 1;
+	*r = PROBE_VALUE;
+	phase("probe");
+	start = now_ns();
+	end = start + (uint64_t)secs * 1000000000ull;
+	while ((t0 = now_ns()) < end) {
+		v = *r;
+		t1 = now_ns();
+		d = t1 - t0;
+		count++;
+		if (v != PROBE_VALUE)
+			bad++;
+		if (d > PROBE_SLOW_NS) {
+			pauses++;
+			if (d / 1e6 > worst_ms)
+				worst_ms = d / 1e6;
+			printf("VUGPU-PAUSE {\"ms\":%.3f,\"at_s\":%.3f,\"value_ok\":%s}\n", d / 1e6, (t0 - start) / 1e9,
+			       v == PROBE_VALUE ? "true" : "false");
+			fflush(stdout);
+			if (v != PROBE_VALUE)
+				*r = PROBE_VALUE;
+		} else {
+			ns[kept++ % PROBE_SAMPLES] = d;
+		}
+	}
+	s = summarize(ns, kept < PROBE_SAMPLES ? (unsigned)kept : PROBE_SAMPLES);
+	printf("VUGPU-PROBE {\"seconds\":%u,\"accesses\":%llu,\"pauses\":%u,\"bad_reads\":%u,\"worst_ms\":%.3f,",
+	       secs, (unsigned long long)count, pauses, bad, worst_ms);
+	print_stats("read_us", s, false);
+	printf("}\n");
+	fflush(stdout);
+	free(ns);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -519,7 +581,7 @@ int main(int argc, char **argv)
 	struct ctx c = { .fd = -1 };
 	const char *dev = "/dev/vugpu-diag0";
 	bool checks = false;
-	long bench_n = 0;
+	long bench_n = 0, probe_s = 0;
 	int i;
 
 	for (i = 1; i < argc; i++) {
@@ -533,12 +595,18 @@ int main(int argc, char **argv)
 				fprintf(stderr, "--bench N: 100 <= N <= 10000000\n");
 				return 2;
 			}
+		} else if (!strcmp(argv[i], "--probe") && i + 1 < argc) {
+			probe_s = strtol(argv[++i], NULL, 0);
+			if (probe_s < 1 || probe_s > 86400) {
+				fprintf(stderr, "--probe S: 1 <= S <= 86400\n");
+				return 2;
+			}
 		} else {
-			fprintf(stderr, "usage: %s [--dev PATH] [--checks] [--bench N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--dev PATH] [--checks] [--bench N] [--probe S]\n", argv[0]);
 			return 2;
 		}
 	}
-	if (!bench_n)
+	if (!bench_n && !probe_s)
 		checks = true;
 	if (open_device(&c, dev) < 0)
 		return 1;
@@ -551,6 +619,8 @@ int main(int argc, char **argv)
 		check_msix(&c);
 	}
 	if (bench_n && bench(&c, (unsigned)bench_n))
+		c.failed++;
+	if (probe_s && probe(&c, (unsigned)probe_s))
 		c.failed++;
 	return c.failed > 125 ? 125 : c.failed;
 }

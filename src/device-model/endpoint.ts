@@ -249,6 +249,15 @@ export class Endpoint {
   private synthesize(m: IncomingMessage): boolean {
     const p = m.payload;
     switch (m.command) {
+      case Command.VERSION: {
+        // The checkpoint holds the negotiated caps; the reply depends only on ours and the request size.
+        const reply = this.client !== null ? buildVersionReply(this.caps, m.payloadLength) : null;
+        if (reply === null) return false;
+        this.reserve(reply.length);
+        this.out.set(reply, HEADER_SIZE);
+        this.replyLen = reply.length;
+        return true;
+      }
       case Command.DMA_MAP:
       case Command.DEVICE_SET_IRQS:
       case Command.DEVICE_RESET:

@@ -12,7 +12,7 @@ import { MAX_RECORD, readRecords, sendRecord, type WireRecord } from './wire.ts'
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-export type KeeperRole = 'server' | 'successor' | 'control';
+export type KeeperRole = 'server' | 'successor' | 'standby' | 'control';
 
 /** What the keeper told a server that attached (or adopted after a handover). */
 export interface Attached {
@@ -33,6 +33,8 @@ export interface KeeperEvents {
   upgrade?(): void;
   successorReady?(pid: number): void;
   successorGone?(pid: number): void;
+  /** The standby server process went away (it is started again). */
+  standbyGone?(pid: number): void;
   /** We are the successor and the old server handed over. */
   adopt?(a: Attached): void;
   /** The keeper's connection is gone (the keeper died or refused us). */
@@ -91,13 +93,14 @@ export class KeeperClient {
     if (r.msg.op === 'refused' || r.msg.op === 'error') throw new KeeperRefused(String(r.msg.message));
     if (r.msg.op === 'wait') return { waiting: Number(r.msg.server) };
     if (r.msg.role === 'control') return { control: true, server: (r.msg.server as number | null) ?? null };
-    return attached(r.msg, false);
+    return attached(r.msg);
   }
 
-  /** Wait for the handover (successor role). */
+  /** Wait for the handover (successor role) or the promotion (standby role; timeoutMs 0: forever). */
   async adopted(timeoutMs = 60_000): Promise<Attached> {
+    if (timeoutMs === 0) timeoutMs = 2 ** 31 - 1;
     const r = await this.expect(['adopt'], timeoutMs);
-    return attached(r.msg, true);
+    return attached(r.msg);
   }
 
   /** Take (duplicates of) every fd held, by key. */
@@ -151,10 +154,10 @@ export class KeeperClient {
     return { pid: Number(r.msg.pid), pauseMs: (r.msg.pauseMs as number | null) ?? null };
   }
 
-  async status(): Promise<{ pid: number; server: number | null; successor: number | null; keys: string[] }> {
+  async status(): Promise<{ pid: number; server: number | null; successor: number | null; standby: number | null; keys: string[] }> {
     this.send({ op: 'status' });
     const r = await this.expect(['status']);
-    return r.msg as unknown as { pid: number; server: number | null; successor: number | null; keys: string[] };
+    return r.msg as unknown as { pid: number; server: number | null; successor: number | null; standby: number | null; keys: string[] };
   }
 
   close(): void {
@@ -212,7 +215,7 @@ export class KeeperClient {
     if (i >= 0) {
       const [w] = this.waiters.splice(i, 1);
       w!.resolve(r);
-      if (r.msg.op === 'adopt') this.events.adopt?.(attached(r.msg, true));
+      if (r.msg.op === 'adopt') this.events.adopt?.(attached(r.msg));
       return;
     }
     for (const f of r.fds) native.close(f);
@@ -226,8 +229,11 @@ export class KeeperClient {
       case 'successor-gone':
         this.events.successorGone?.(Number(r.msg.pid));
         return;
+      case 'standby-gone':
+        this.events.standbyGone?.(Number(r.msg.pid));
+        return;
       case 'adopt':
-        if (this.events.adopt) this.events.adopt(attached(r.msg, true));
+        if (this.events.adopt) this.events.adopt(attached(r.msg));
         else this.early.push({ msg: r.msg, fds: [] });
         return;
       default:
@@ -240,7 +246,8 @@ export class KeeperRefused extends Error {
   override name = 'KeeperRefused';
 }
 
-function attached(m: WireRecord['msg'], handover: boolean): Attached {
+function attached(m: WireRecord['msg']): Attached {
+  const handover = m.handover === true;
   return {
     keys: (m.keys as string[]) ?? [],
     gapSince: (m.gapSince as number | null) ?? null,

@@ -8,7 +8,9 @@
 // QEMU has already given up on (its x-msg-timeout) from fresh ones.
 //
 // Roles: one `server` (whose fds these are: only it may put/remove/take), at most one
-// `successor` waiting for a live upgrade, any number of `control` clients (`vugpu upgrade`).
+// `successor` waiting for a live upgrade, at most one `standby` (a server process started ahead
+// of time, promoted the moment the server dies: a crash then costs a restore, not a process
+// start), any number of `control` clients (`vugpu upgrade`).
 import fs from 'node:fs';
 import path from 'node:path';
 import { native, EAGAIN } from '../native.ts';
@@ -24,7 +26,7 @@ export interface KeeperOptions {
   scanMs?: number;
 }
 
-type Role = 'unknown' | 'server' | 'successor' | 'control';
+type Role = 'unknown' | 'server' | 'successor' | 'standby' | 'control';
 
 interface Conn {
   fd: number;
@@ -52,6 +54,7 @@ export class Keeper {
   private readonly conns = new Map<number, Conn>();
   private active: Conn | null = null;
   private successor: Conn | null = null;
+  private standby: Conn | null = null;
   private readonly upgradeWaiters: Conn[] = [];
   /** Monotonic ms when the last server went away without a handover (null while one is attached). */
   private gapSince: number | null = null;
@@ -210,7 +213,7 @@ export class Keeper {
       case 'status':
         stray();
         sendRecord(c.fd, {
-          op: 'status', pid: process.pid, server: this.active?.pid ?? null, successor: this.successor?.pid ?? null,
+          op: 'status', pid: process.pid, server: this.active?.pid ?? null, successor: this.successor?.pid ?? null, standby: this.standby?.pid ?? null,
           keys: this.keys(), gapSince: this.gapSince,
         });
         return;
@@ -231,13 +234,20 @@ export class Keeper {
       sendRecord(c.fd, { op: 'welcome', role: 'control', server: this.active?.pid ?? null });
       return;
     }
-    if (role !== 'server' && role !== 'successor') {
+    if (role !== 'server' && role !== 'successor' && role !== 'standby') {
       sendRecord(c.fd, { op: 'error', message: `unknown role ${role}` });
       return;
     }
     // A server that died may have left puts unread in its connection: take them first.
     for (const o of [...this.conns.values()]) if (o !== c) this.pump(o);
     if (this.active !== null) {
+      if (role === 'standby' && this.standby === null) {
+        c.role = 'standby';
+        this.standby = c;
+        sendRecord(c.fd, { op: 'wait', server: this.active.pid });
+        this.log.info({ server: this.active.pid, standby: c.pid }, 'standby server waiting');
+        return;
+      }
       if (role === 'successor' && this.successor === null) {
         c.role = 'successor';
         this.successor = c;
@@ -255,16 +265,18 @@ export class Keeper {
     this.attach(c, false, null);
   }
 
-  /** Make c the server; it learns what is held (adoption if anything is). */
-  private attach(c: Conn, handover: boolean, stoppedAt: number | null): void {
+  /** Make c the server; it learns what is held (adoption if anything is). `waiting`: c waits
+   * for an 'adopt' record (a successor or standby), else it gets the 'welcome' answer. */
+  private attach(c: Conn, handover: boolean, stoppedAt: number | null, waiting = handover): void {
     c.role = 'server';
+    if (c === this.standby) this.standby = null;
     this.active = c;
     this.stopScan();
     const arrivals = Object.fromEntries(this.arrivals);
     this.arrivals.clear();
     sendRecord(c.fd, {
-      op: handover ? 'adopt' : 'welcome', role: 'server', keys: this.keys(), gapSince: this.gapSince, arrivals, stoppedAt,
-      keeperPid: process.pid,
+      op: waiting ? 'adopt' : 'welcome', role: 'server', keys: this.keys(), gapSince: this.gapSince, arrivals, stoppedAt,
+      handover, keeperPid: process.pid,
     });
     this.log.info({ pid: c.pid, keys: this.fds.size, handover, gapMs: this.gapSince === null ? null : Math.round(nowMs() - this.gapSince) }, 'server attached');
     this.gapSince = null;
@@ -308,6 +320,8 @@ export class Keeper {
     this.active = null;
     c.role = 'control'; // the old server may still say goodbye; it holds no rights now
     this.log.info({ from: c.pid, to: next.pid }, 'handover');
+    // A standby runs the old build: retire it (the new server starts its own).
+    if (this.standby) this.drop(this.standby, false);
     this.attach(next, true, stoppedAt);
   }
 
@@ -319,6 +333,11 @@ export class Keeper {
     this.conns.delete(c.fd);
     const i = this.upgradeWaiters.indexOf(c);
     if (i >= 0) this.upgradeWaiters.splice(i, 1);
+    if (c === this.standby) {
+      this.standby = null;
+      // Not retired by us: tell the server, which starts another.
+      if (eof && this.active) sendRecord(this.active.fd, { op: 'standby-gone', pid: c.pid });
+    }
     if (c === this.successor) {
       this.successor = null;
       if (this.active) sendRecord(this.active.fd, { op: 'successor-gone', pid: c.pid });
@@ -334,6 +353,11 @@ export class Keeper {
         this.gapSince = nowMs();
         this.log.warn({ pid: c.pid, successor: next.pid }, 'server gone during the upgrade; the successor adopts');
         this.attach(next, true, null);
+      } else if (this.standby !== null) {
+        const next = this.standby;
+        this.gapSince = nowMs();
+        this.log.warn({ pid: c.pid, standby: next.pid, keys: this.fds.size }, 'server gone without a handover: the standby takes over');
+        this.attach(next, false, null, true);
       } else {
         this.gapSince = nowMs();
         this.log.warn({ pid: c.pid, keys: this.fds.size }, 'server gone without a handover: holding its fds for a successor');

@@ -49,6 +49,9 @@ export interface PersistOptions {
   systemd?: boolean;
   /** Command line that starts a successor (default: this process's). */
   argv?: string[];
+  /** Keep a standby server process (same command line) waiting in the keeper: when this one
+   * dies the standby takes over at once, so a crash costs a restore, not a process start. */
+  standby?: boolean;
 }
 
 /** Where fds are deposited. */
@@ -185,9 +188,19 @@ export class RestartableServer {
     } else {
       const k = await KeeperClient.connectOrSpawn(s.keeperSocket);
       s.keeper = k;
+      const standby = process.env.VUGPU_STANDBY === '1';
+      delete process.env.VUGPU_STANDBY;
       try {
-        const hello = await k.hello(p.successor ? 'successor' : 'server');
-        if ('waiting' in hello) {
+        const hello = await k.hello(p.successor ? 'successor' : standby ? 'standby' : 'server');
+        if ('waiting' in hello && standby) {
+          logger.info({ server: hello.waiting, pid: process.pid }, 'standby: waiting to take over if the server dies');
+          try {
+            attached = await k.adopted(0);
+          } catch {
+            logger.info({ pid: process.pid }, 'standby retired');
+            process.exit(0);
+          }
+        } else if ('waiting' in hello) {
           logger.info({ server: hello.waiting }, 'upgrade: waiting for the running server to hand over');
           attached = await k.adopted(60_000);
         } else if ('keys' in hello) {
@@ -425,8 +438,10 @@ export class RestartableServer {
         upgrade: () => this.upgrade(),
         successorReady: (pid) => void this.handover(pid),
         successorGone: (pid) => this.abandonUpgrade(`successor ${pid} went away`),
+        standbyGone: () => this.startStandby(),
         gone: () => void this.keeperLost(),
       };
+      this.startStandby();
     }
     this.systemd?.ready(`serving ${this.opts.vms.length} VMs (${this.start})`);
     this.systemd?.startWatchdog();
@@ -465,12 +480,7 @@ export class RestartableServer {
       });
       return;
     }
-    const argv = this.p.argv ?? [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
-    const child = spawn(argv[0]!, argv.slice(1), {
-      stdio: 'inherit',
-      env: { ...process.env, VUGPU_SUCCESSOR: '1' },
-    });
-    child.unref();
+    const child = this.spawnSelf({ VUGPU_SUCCESSOR: '1' });
     const timer = setTimeout(() => this.abandonUpgrade('the successor did not come up within 60 s'), 60_000);
     timer.unref();
     this.upgrading = { successor: child.pid ?? null, stoppedAt: null, timer };
@@ -478,6 +488,28 @@ export class RestartableServer {
       if (this.upgrading && this.upgrading.stoppedAt === null) this.abandonUpgrade(`the successor exited (${code ?? signal}) before the handover`);
     });
     logger.info({ successor: child.pid }, 'live upgrade: successor started');
+  }
+
+  /** Start a server process with this one's command line (a successor or a standby). */
+  private spawnSelf(env: Record<string, string>) {
+    const argv = this.p.argv ?? [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: 'inherit', env: { ...process.env, ...env } });
+    child.unref();
+    return child;
+  }
+
+  private lastStandby = 0;
+
+  /** Start (again) the standby process, at most every 5 s. */
+  private startStandby(): void {
+    if (!this.p.standby || this.stopped || !this.keeper) return;
+    const wait = Math.max(0, this.lastStandby + 5000 - performance.now());
+    setTimeout(() => {
+      if (this.stopped) return;
+      this.lastStandby = performance.now();
+      const child = this.spawnSelf({ VUGPU_STANDBY: '1' });
+      logger.info({ standby: child.pid }, 'standby server started');
+    }, wait).unref();
   }
 
   private suspendAll(): void {
@@ -542,8 +574,10 @@ export class RestartableServer {
           upgrade: () => this.upgrade(),
           successorReady: (pid) => void this.handover(pid),
           successorGone: (pid) => this.abandonUpgrade(`successor ${pid} went away`),
+          standbyGone: () => this.startStandby(),
           gone: () => void this.keeperLost(),
         };
+        this.startStandby();
         logger.info({ keys: this.depot.held.size }, 'a new fd keeper holds every fd again');
         return;
       } catch (err) {

@@ -64,6 +64,7 @@ export const SERVE_OPTIONS: readonly OptionDef[] = [
   { key: 'keeper', kind: socketKind, arg: 'SOCKET', help: "restartable: the fd keeper's socket (default DIR/keeper.sock)" },
   { key: 'checkpoint-ms', kind: intKind(1, 10_000, 'a number of milliseconds'), arg: 'MS', help: 'restartable: longest a checkpoint waits (default 20)' },
   { key: 'systemd', kind: boolKind, help: "restartable: keep the fds in systemd's fd store (default: when NOTIFY_SOCKET is set)" },
+  { key: 'standby', kind: boolKind, help: 'restartable: keep a standby server process ready to take over at once if this one dies' },
   { key: 'log-level', kind: kinds.logLevel, arg: 'LEVEL', help: 'trace, debug, info, warn, error, fatal or silent (default $VUGPU_LOG or info)' },
   { key: 'log-format', kind: kinds.logFormat, arg: 'FORMAT', help: 'json, pretty, or auto: pretty on a terminal, else JSON (default auto)' },
 ];
@@ -76,7 +77,7 @@ export interface ServeSettings {
   logFormat: LogFormat;
   configFile?: string;
   /** Restartable serving (state-dir, keeper, checkpoint-ms, systemd), when asked for. */
-  persist?: { stateDir: string; keeperSocket?: string; intervalMs?: number; systemd?: boolean };
+  persist?: { stateDir: string; keeperSocket?: string; intervalMs?: number; systemd?: boolean; standby?: boolean };
 }
 
 /** `vugpu serve` arguments (and --config FILE) → settings; UsageError for anything wrong. */
@@ -148,13 +149,14 @@ export function serveSettings(argv: readonly string[]): ServeSettings {
   const keeper = get(cmd, args, 'keeper', socketKind);
   const systemd = get(cmd, args, 'systemd', boolKind, false);
   const checkpointMs = get(cmd, args, 'checkpoint-ms', intKind(1, 10_000));
+  const standby = get(cmd, args, 'standby', boolKind, false);
   const restartable = stateDir !== undefined || keeper !== undefined || systemd;
   if (checkpointMs !== undefined && !restartable) {
     throw new UsageError(`vugpu serve: checkpoint-ms ${checkpointMs}: applies to a restartable server only (set state-dir, keeper or systemd too).`);
   }
   return {
     persist: restartable
-      ? { stateDir: stateDir ?? dirname(keeper ?? '/run/vugpu/keeper.sock'), keeperSocket: keeper, intervalMs: checkpointMs, systemd: systemd || undefined }
+      ? { stateDir: stateDir ?? dirname(keeper ?? '/run/vugpu/keeper.sock'), keeperSocket: keeper, intervalMs: checkpointMs, systemd: systemd || undefined, standby: standby || undefined }
       : undefined,
     options: {
       vms,

@@ -33,10 +33,14 @@ type Step = 'seen-after' | 'intent-before' | 'intent-after' | 'replied-before' |
 /** A journal slot that "dies" at one step of the nth request it sees. */
 class DyingJournal {
   private readonly j: ConnJournal;
+  private readonly step: Step;
+  private readonly nth: number;
   private seenCount = 0;
   dead = false;
-  constructor(j: ConnJournal, private readonly step: Step, private readonly nth: number) {
+  constructor(j: ConnJournal, step: Step, nth: number) {
     this.j = j;
+    this.step = step;
+    this.nth = nth;
   }
   private at(s: Step): void {
     if (this.seenCount === this.nth && this.step === s && !this.dead) {
