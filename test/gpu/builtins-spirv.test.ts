@@ -6,6 +6,7 @@
 // each against a double reference (both sides may be off by that much, in opposite directions).
 // A separate part checks, without a device, that every plan makes exactly the native kernel's
 // parameter checks and keeps every launch under the loop budget.
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
@@ -141,6 +142,8 @@ async function both<T extends Buf[]>(id: number, bufs: T, p: Uint8Array, status 
 }
 
 beforeAll(() => {
+  // The modules are build outputs (npm test builds them first; a direct vitest run may not have).
+  execFileSync('bash', [new URL('../../scripts/build-spirv.sh', import.meta.url).pathname], { stdio: 'inherit' });
   try {
     backend = VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE ?? 'llvmpipe');
   } catch (err) {
