@@ -243,9 +243,24 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
     if (!ArgInt(info, 3, "waitMs", 0, 60000, &waitMs)) return env.Undefined();
     partialOk = true;
   }
+  // Optional journal word (a Uint32Array over the request journal's shared memory): set to 2
+  // (reply intended) right before the first sendmsg and to 3 (replied) once the whole message
+  // is in the socket, so a SIGKILL can fall between the two only inside the syscall itself.
+  uint32_t* journal = nullptr;
+  if (info.Length() > 4 && !info[4].IsUndefined() && !info[4].IsNull()) {
+    uint8_t* jp;
+    size_t jlen;
+    if (!ValueBytes(env, info[4], "journal", &jp, &jlen)) return env.Undefined();
+    if (jlen < 4 || (reinterpret_cast<uintptr_t>(jp) & 3) != 0) {
+      ThrowRangeError(env, "journal must be an aligned view of at least 4 bytes");
+      return env.Undefined();
+    }
+    journal = reinterpret_cast<uint32_t*>(jp);
+  }
   alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
   size_t sent = 0;
   uint64_t deadline = 0;
+  if (journal) __atomic_store_n(journal, 2u, __ATOMIC_RELEASE);
   while (sent < len) {
     iovec iov{data + sent, len - sent};
     msghdr mh{};
@@ -283,6 +298,7 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
     }
     return Errno(env, r < 0 ? errno : EIO);
   }
+  if (journal) __atomic_store_n(journal, 3u, __ATOMIC_RELEASE);
   return Napi::Number::New(env, double(sent));
 }
 

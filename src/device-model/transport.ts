@@ -46,6 +46,10 @@ export interface RequestJournal {
   intent(): void;
   replied(): void;
   consumed(): void;
+  /** The slot's state word in shared memory: when present, the addon's sendmsg marks "reply
+   * intended" and "replied" itself, right around the syscall (the narrowest window a kill can
+   * fall into). */
+  readonly stateWord?: Uint32Array;
 }
 
 /** Adoption of a connection from a dead (or upgraded) server. */
@@ -231,11 +235,13 @@ export class SocketTransport implements Transport {
   send(data: Uint8Array, fds?: number[]): boolean {
     if (this.isClosed) return false;
     const withFds = fds !== undefined && fds.length > 0 ? fds : undefined;
-    if (this.peek && this.pendingConsume > 0) this.journal!.intent();
+    const journalled = this.peek && this.pendingConsume > 0;
+    const word = journalled ? this.journal!.stateWord : undefined;
+    if (journalled && word === undefined) this.journal!.intent();
     if (!this.queueSends) {
-      const r = native.sendmsg(this.fd, data, withFds);
+      const r = native.sendmsg(this.fd, data, withFds, undefined, word);
       if (r === data.length) {
-        if (this.peek && this.pendingConsume > 0) this.journal!.replied();
+        if (journalled && word === undefined) this.journal!.replied();
         return true;
       }
       // The addon waits (bounded) for buffer space; anything short of a whole message leaves
@@ -246,9 +252,9 @@ export class SocketTransport implements Transport {
       this.enqueue(data, withFds, 0);
       return true;
     }
-    const r = native.sendmsg(this.fd, data, withFds, 0);
+    const r = native.sendmsg(this.fd, data, withFds, 0, word);
     if (r === data.length) {
-      if (this.peek && this.pendingConsume > 0) this.journal!.replied();
+      if (journalled && word === undefined) this.journal!.replied();
       return true;
     }
     if (r === -EAGAIN) this.enqueue(data, withFds, 0);

@@ -111,10 +111,13 @@ export class Journal {
 export class ConnJournal {
   private readonly dv: DataView;
   private readonly at: number;
+  /** The state word, for the addon's sendmsg (intent/replied set around the syscall). */
+  readonly stateWord: Uint32Array;
 
   constructor(dv: DataView, at: number) {
     this.dv = dv;
     this.at = at;
+    this.stateWord = new Uint32Array(dv.buffer, at, 1);
   }
 
   /** About to handle this request (first seen at `seenAt`, monotonic ms). */
