@@ -65,8 +65,15 @@ class EventQueue {
 export interface Workload {
   /** Device ns per submission (a function of the submission index for variable kernels). */
   kernelNs: number | ((i: number) => number);
-  /** Guest time between a completion and its next doorbell (the trap path), ns. */
-  thinkNs: number;
+  /** Guest time between a completion and its next doorbell (the trap path), ns; a function of the gap index for variable gaps. */
+  thinkNs: number | ((i: number) => number);
+  /**
+   * The guest driver's interrupt request (depth 1 only): this long after a kernel's doorbell,
+   * if the kernel has not completed, the guest rings again with a zero-length submission and
+   * sleeps; it wakes (and starts its gap) only when that request has been dispatched, as
+   * vgSynchronize does.
+   */
+  irqRequestAfterNs?: number;
   /** Submissions the guest keeps outstanding (1 = submit, wait, submit…). */
   depth?: number;
   startNs?: number;
@@ -89,7 +96,12 @@ export class Simulation {
   private readonly events = new EventQueue();
   private readonly workloads = new Map<VmId, Workload>();
   private readonly submitted = new Map<VmId, number>();
-  private readonly queued = new Map<VmId, number[]>();
+  /** Per VM, its channel's queue: doorbell time and whether it is an interrupt request. */
+  private readonly queued = new Map<VmId, { rang: number; irq: boolean }[]>();
+  private readonly gaps = new Map<VmId, number>();
+  /** Per VM: the kernel on the device is done / an interrupt request is outstanding. */
+  private readonly kernelDone = new Map<VmId, boolean>();
+  private readonly irqOutstanding = new Map<VmId, boolean>();
   private deviceBusy = false;
 
   readonly policy: SchedulerPolicy;
@@ -112,6 +124,10 @@ export class Simulation {
     this.submitted.set(vm, 0);
     this.queued.set(vm, []);
     this.waits.set(vm, []);
+    this.gaps.set(vm, 0);
+    if (workload.irqRequestAfterNs !== undefined && (workload.depth ?? 1) !== 1) {
+      throw new Error('simulation: irqRequestAfterNs needs depth 1');
+    }
     const depth = workload.depth ?? 1;
     for (let i = 0; i < depth; i++) this.at(workload.startNs ?? 0, () => this.doorbell(vm));
   }
@@ -129,8 +145,26 @@ export class Simulation {
   doorbell(vm: VmId): void {
     const w = this.workloads.get(vm)!;
     if (w.stopNs !== undefined && this.now >= w.stopNs) return;
-    this.queued.get(vm)!.push(this.now);
+    this.queued.get(vm)!.push({ rang: this.now, irq: false });
+    if (w.irqRequestAfterNs !== undefined) {
+      this.kernelDone.set(vm, false);
+      this.at(this.now + w.irqRequestAfterNs, () => {
+        if (this.kernelDone.get(vm)) return; // the fence passed: no interrupt needed
+        this.irqOutstanding.set(vm, true);
+        this.queued.get(vm)!.push({ rang: this.now, irq: true });
+        this.dispatcher.doorbell(vm);
+      });
+    }
     this.dispatcher.doorbell(vm);
+  }
+
+  /** The guest wakes and, after its gap, rings for the next kernel. */
+  private think(vm: VmId): void {
+    const w = this.workloads.get(vm)!;
+    const k = this.gaps.get(vm)!;
+    this.gaps.set(vm, k + 1);
+    const gap = typeof w.thinkNs === 'function' ? w.thinkNs(k) : w.thinkNs;
+    this.events.push(this.now + gap, () => this.doorbell(vm));
   }
 
   run(untilNs: number): void {
@@ -152,19 +186,34 @@ export class Simulation {
     if (this.deviceBusy) throw new Error('simulation: dispatcher submitted while the device was busy');
     this.deviceBusy = true;
     const w = this.workloads.get(vm)!;
+    const head = this.queued.get(vm)!.shift()!;
+    if (head.irq) {
+      // A zero-length submission: done at once; the interrupt wakes the guest.
+      this.irqRequests++;
+      this.events.push(this.now, () => {
+        this.deviceBusy = false;
+        this.dispatcher.complete(vm, 0);
+        this.irqOutstanding.set(vm, false);
+        this.think(vm);
+      });
+      return;
+    }
     const i = this.submitted.get(vm)!;
     this.submitted.set(vm, i + 1);
     const ns = typeof w.kernelNs === 'function' ? w.kernelNs(i) : w.kernelNs;
-    const rang = this.queued.get(vm)!.shift()!;
-    this.waits.get(vm)!.push(this.now - rang);
+    this.waits.get(vm)!.push(this.now - head.rang);
     const start = this.now;
     this.events.push(this.now + ns, () => {
       this.deviceBusy = false;
       this.intervals.push({ vm, start, end: this.now });
+      this.kernelDone.set(vm, true);
       this.dispatcher.complete(vm, ns);
-      this.events.push(this.now + w.thinkNs, () => this.doorbell(vm));
+      if (!this.irqOutstanding.get(vm)) this.think(vm);
     });
   }
+
+  /** Zero-length interrupt-request submissions dispatched so far. */
+  irqRequests = 0;
 
   /** Device ns vm used in [t0, t1) (intervals split at the bounds). */
   deviceTime(vm: VmId, t0: number, t1: number): number {
@@ -193,6 +242,33 @@ export function median(xs: number[]): number {
 export function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+}
+
+/** A deterministic PRNG (mulberry32): uniform in [0, 1). */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Doorbell gaps like a TCG guest's (bench/results/fairness.json, BAND runs): a log-normal body
+ * (median `medianNs`, p90 ≈ 1.6 × median) and with probability `tailP` a stall of 1–`tailMaxNs`
+ * (log-uniform) when the vCPU thread waits for a host CPU. Deterministic per seed.
+ */
+export function tcgGaps(seed: number, medianNs = 240e3, tailP = 0.03, tailMaxNs = 15e6): (i: number) => number {
+  const r = prng(seed);
+  return () => {
+    if (r() < tailP) return 1e6 * Math.exp(r() * Math.log(tailMaxNs / 1e6));
+    // Box–Muller; sigma 0.36 puts p90 at 1.59 × median.
+    const z = Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r());
+    return medianNs * Math.exp(0.36 * z);
+  };
 }
 
 export const MS = 1e6;

@@ -20,7 +20,7 @@ function runOne(p: SchedulerPolicy, now: number, ns: number, expected?: string):
 
 describe('registry', () => {
   it('builds every policy by name and rejects unknown names', () => {
-    expect([...policyNames].sort()).toEqual(['band', 'credit', 'fifo', 'weighted']);
+    expect([...policyNames].sort()).toEqual(['band', 'credit', 'fair', 'fifo', 'weighted']);
     for (const name of policyNames) {
       expect(isPolicyName(name)).toBe(true);
       expect(createPolicy(name).name).toBe(name);

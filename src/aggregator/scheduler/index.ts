@@ -10,3 +10,4 @@ export { FifoPolicy } from './fifo.ts';
 export { CreditPolicy } from './credit.ts';
 export { BandPolicy } from './band.ts';
 export { WeightedPolicy } from './weighted.ts';
+export { FairPolicy } from './fair.ts';

@@ -3,6 +3,8 @@ import { BandPolicy } from './band.ts';
 import type { BandConfig } from './band.ts';
 import { CreditPolicy } from './credit.ts';
 import type { CreditPolicyConfig } from './credit.ts';
+import { FairPolicy } from './fair.ts';
+import type { FairConfig } from './fair.ts';
 import { FifoPolicy } from './fifo.ts';
 import type { FifoConfig } from './fifo.ts';
 import type { PolicyStateBase, SchedulerPolicy } from './types.ts';
@@ -14,6 +16,7 @@ export interface PolicyConfigs {
   credit: CreditPolicyConfig;
   band: BandConfig;
   weighted: WeightedConfig;
+  fair: FairConfig;
 }
 
 export type PolicyName = keyof PolicyConfigs;
@@ -23,6 +26,7 @@ const factories: { [K in PolicyName]: (config: PolicyConfigs[K]) => SchedulerPol
   credit: (c) => new CreditPolicy(c),
   band: (c) => new BandPolicy(c),
   weighted: (c) => new WeightedPolicy(c),
+  fair: (c) => new FairPolicy(c),
 };
 
 export const policyNames: readonly PolicyName[] = Object.freeze(Object.keys(factories) as PolicyName[]);
