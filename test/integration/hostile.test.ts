@@ -140,12 +140,14 @@ function summarize(r: GuestResult): void {
   for (const c of r.checks as (CheckResult & { cases?: Record<string, unknown>[] })[]) {
     const outcomes = new Set<string>();
     for (const k of c.cases ?? []) {
-      if (k.reason !== undefined) outcomes.add(`MMU_FAULT reason ${String(k.reason)}${k.unit !== undefined ? ` unit ${String(k.unit)}` : ''}${k.write ? ' write' : ''}`);
+      if (k.err === 18) outcomes.add(`BAD_PROGRAM ${String(k.reason)}`); // program refusals: reason by name
+      else if (k.reason !== undefined) outcomes.add(`MMU_FAULT reason ${String(k.reason)}${k.unit !== undefined ? ` unit ${String(k.unit)}` : ''}${k.write ? ' write' : ''}`);
       else if (k.err !== undefined) outcomes.add(k.done ? 'completed' : `err ${String(k.err)}`);
       else if (k.status !== undefined) outcomes.add(`status ${String(k.status)}${k.errno ? ` errno ${String(k.errno)}` : ''}`);
       else if (k.result !== undefined) outcomes.add(`result ${String(k.result)}`);
     }
-    if (c.check === 'endless-kernel') outcomes.add(`err ${String(c.err)} after ${String(c.device_ms)} ms`);
+    if (c.check === 'endless-kernel' || c.check === 'program-endless-loop') outcomes.add(`err ${String(c.err)} after ${String(c.device_ms)} ms`);
+    if (c.check === 'program-module-flood') outcomes.add(`${String(c.verified)}/${String(c.modules)} modules right in ${String(c.ms)} ms`);
     if (c.check === 'chid-pool-hog') outcomes.add(`bound ${String(c.bound)}, refused ${String(c.refused)}`);
     rows.push({ check: c.check, ok: c.ok, cases: c.cases?.length ?? 1, outcomes: [...outcomes].join('; ') });
   }
