@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // vugpu command line: serve | ctl | demo | trace | setup. Run with the pinned Node 24 (npm scripts do).
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Vugpu } from './server.ts';
@@ -18,7 +19,8 @@ ${usageLines(SERVE_OPTIONS, '      ')}
   vugpu ctl COMMAND …                     drive a running server (vugpu ctl --help)
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
-  vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image`;
+  vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image
+  vugpu bundle [--out FILE] [--with-qemu] [--verify]  one offline archive for GPU hosts (scripts/bundle.sh --help)`;
 
 async function serve(argv: string[]): Promise<number> {
   // A bad flag, config key or value: one sentence and exit 2 before anything starts.
@@ -66,6 +68,12 @@ async function main(argv: string[]): Promise<number> {
     case 'setup':
       (await import('./service/commands.ts')).checkCommandLine('setup', rest);
       return spawnSync('bash', [path.join(repoRoot, 'scripts/setup.sh'), ...rest], { stdio: 'inherit' }).status ?? 1;
+    case 'bundle': {
+      // A bundle runs from its archive and carries no scripts/: bundles are made in a checkout.
+      const script = path.join(repoRoot, 'scripts/bundle.sh');
+      if (!fs.existsSync(script)) throw new StartError(`vugpu bundle runs in a vugpu checkout (no ${script} here)`);
+      return spawnSync('bash', [script, ...rest], { stdio: 'inherit' }).status ?? 1;
+    }
     case 'trace': {
       (await import('./service/commands.ts')).checkCommandLine('trace', rest);
       const trace = await import('./trace/cli.ts');
