@@ -520,17 +520,20 @@ static int bench(struct ctx *c, unsigned n)
 #define PROBE_VALUE 0x600df00du
 #define PROBE_SLOW_NS 5000000ull /* an access slower than 5 ms is a pause */
 #define PROBE_SAMPLES (1u << 18)
+#define PROBE_STOP 0x504f5453u /* 'STOP' in the first word of BAR1: the host ends the probe early */
 
 /*
  * --probe S: trapped BAR0 reads of scratch 0 back to back for S seconds. A server restart or
  * upgrade shows up as one access that takes as long as the guest is paused: every access over
  * 5 ms is one VUGPU-PAUSE line (its length, when it began, whether it read the value written
  * before: a failed access reads all-ones). At the end one VUGPU-PROBE line: accesses, pauses,
- * bad reads, and latency percentiles of the last PROBE_SAMPLES normal accesses.
+ * bad reads, and latency percentiles of the last PROBE_SAMPLES normal accesses. The host may
+ * end it early by writing PROBE_STOP into the first word of BAR1 (the VM's VRAM).
  */
 static int probe(struct ctx *c, unsigned secs)
 {
 	volatile uint32_t *r = &c->bar0[VUGPU_DIAG_SCRATCH(0) / 4];
+	volatile uint32_t *stop = (volatile uint32_t *)c->bar1;
 	uint64_t *ns = calloc(PROBE_SAMPLES, sizeof(*ns));
 	uint64_t start, end, t0, t1, d, count = 0, kept = 0;
 	unsigned pauses = 0, bad = 0;
@@ -541,10 +544,13 @@ static int probe(struct ctx *c, unsigned secs)
 	if (!ns)
 		return 1;
 	*r = PROBE_VALUE;
+	*stop = 0;
 	phase("probe");
 	start = now_ns();
 	end = start + (uint64_t)secs * 1000000000ull;
 	while ((t0 = now_ns()) < end) {
+		if ((count & 255) == 0 && *stop == PROBE_STOP)
+			break;
 		v = *r;
 		t1 = now_ns();
 		d = t1 - t0;

@@ -543,7 +543,7 @@ export class RestartableServer {
     this.stopped = true;
     if (this.upgrading.timer) clearTimeout(this.upgrading.timer);
     this.keeper!.handover(stoppedAt);
-    logger.info({ successor: pid, drained, handoverMs: Math.round((monoMs() - stoppedAt) * 10) / 10 }, 'live upgrade: handed over; exiting');
+    logger.info({ successor: pid, drained, handoverMs: Math.round((monoMs() - stoppedAt) * 10) / 10, checkpoints: this.checkpointStats() }, 'live upgrade: handed over; exiting');
     this.resolveExit(0);
   }
 
@@ -587,6 +587,12 @@ export class RestartableServer {
     }
   }
 
+  /** What checkpointing cost this process (writes, how many before a reply, mean/max ms, bytes). */
+  checkpointStats(): Record<string, number> {
+    const st = this.checkpointer.stats;
+    return { ...st, meanMs: st.writes ? Math.round((st.totalMs / st.writes) * 1000) / 1000 : 0, totalMs: Math.round(st.totalMs), maxMs: Math.round(st.maxMs * 1000) / 1000 };
+  }
+
   /** Clean stop: close every VM's device (QEMU sees EOF: this is a deliberate stop), tell the
    * holder to drop everything. */
   close(): void {
@@ -594,6 +600,7 @@ export class RestartableServer {
       return;
     }
     this.stopped = true;
+    if (this.checkpointer) logger.info({ checkpoints: this.checkpointStats() }, 'restartable server stopping');
     this.checkpointer?.stop();
     this.vugpu.close();
     if (this.keeper) {
