@@ -26,6 +26,9 @@ export function validFdName(name: string): boolean {
 export class SystemdFdStore {
   readonly notifySocket: string;
   private watchdog: NodeJS.Timeout | null = null;
+  /** Names stored by this process or adopted: systemd keeps every fd sent under a name, so a
+   * replaced one is removed first. */
+  private readonly stored = new Set<string>();
 
   constructor(notifySocket: string) {
     this.notifySocket = notifySocket;
@@ -79,11 +82,22 @@ export class SystemdFdStore {
       logger.error({ key }, 'fd key cannot be an FDNAME');
       return false;
     }
+    if (this.stored.has(name)) this.notify(`FDSTOREREMOVE=1\nFDNAME=${name}`);
+    this.stored.add(name);
     return this.notify(`FDSTORE=1\nFDNAME=${name}\nFDPOLL=0`, [fd]);
   }
 
   remove(keys: string[]): void {
-    for (const k of keys) this.notify(`FDSTOREREMOVE=1\nFDNAME=${encodeFdName(k)}`);
+    for (const k of keys) {
+      const name = encodeFdName(k);
+      this.stored.delete(name);
+      this.notify(`FDSTOREREMOVE=1\nFDNAME=${name}`);
+    }
+  }
+
+  /** What systemd handed back is stored under these names. */
+  adoptedNames(keys: Iterable<string>): void {
+    for (const k of keys) this.stored.add(encodeFdName(k));
   }
 
   ready(status: string): void {

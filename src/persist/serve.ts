@@ -185,6 +185,7 @@ export class RestartableServer {
       s.systemd = sd;
       s.depot.holder = sd;
       fds = SystemdFdStore.adopted();
+      sd.adoptedNames(fds.keys());
     } else {
       const k = await KeeperClient.connectOrSpawn(s.keeperSocket);
       s.keeper = k;
