@@ -247,6 +247,36 @@ export interface NativeAddon extends VulkanAddon {
   /** memmove(dst, src, length) between two buffers (ArrayBuffer or views); RangeError if too long. */
   memcpyDirect(dst: ArrayBuffer | ArrayBufferView, src: ArrayBuffer | ArrayBufferView, length: number): void;
   haveOpenBlas(): boolean;
+
+  // ---- SPIR-V front end (native/src/spirv; contract native/include/program.h) ----
+  /** Check a guest SPIR-V module (hw-spec §6.3.3) for the entryIndex-th GLCompute entry point and
+   * rewrite its loops so the launch can be stopped (§6.3.5). spec: (SpecId, value) pairs. Missing
+   * limits take the hw-spec envelope. Never throws for any module bytes (TypeError only for
+   * malformed arguments). reason 0: entry and the rewritten, re-validated words; else a
+   * BAD_PROGRAM reason (§6.3.6) and one readable sentence. Synchronous (≈ validator time). */
+  programPrepare(words: Uint32Array, entryIndex: number, spec: Uint32Array, limits: Partial<SpirvLimits>): SpirvPrepared;
+  /** SPIRV-Tools validation (Vulkan 1.2 environment): null when valid, else the message. */
+  programValidate(words: Uint32Array): string | null;
+}
+
+/** program.h Limits; a PPROG-style limits object with more fields can be passed as is. */
+export interface SpirvLimits {
+  maxModuleBytes: number; maxBindings: number; maxPushBytes: number; maxSpecConstants: number;
+  maxWgInvocations: number; maxWgSize: [number, number, number]; maxSharedBytes: number;
+  features: number; loopLimit: number; subgroupSize: number;
+}
+
+export interface SpirvPrepared {
+  reason: number;     // 0 accepted, else BAD_PROGRAM reason
+  message: string;
+  entry?: {
+    name: string;
+    wg: [number, number, number];   // after specialization
+    sharedBytes: number;            // the guest's Workgroup memory (the rewrite's own excluded)
+    pushBytes: number;              // push-constant block size, 0 = none
+    bindings: { binding: number; writable: boolean }[];  // set 0 bindings the entry point uses
+  };
+  words?: Uint32Array;
 }
 
 const require = createRequire(import.meta.url);

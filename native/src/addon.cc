@@ -9,6 +9,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   vugpu::addon::RegisterEvents(env, exports);
   vugpu::addon::RegisterPool(env, exports);
   vugpu::addon::RegisterVulkan(env, exports);
+  vugpu::addon::RegisterSpirv(env, exports);
   return exports;
 }
 

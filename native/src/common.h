@@ -25,6 +25,7 @@ void RegisterSockets(Napi::Env env, Napi::Object exports);
 void RegisterMemory(Napi::Env env, Napi::Object exports);
 void RegisterEvents(Napi::Env env, Napi::Object exports);
 void RegisterPool(Napi::Env env, Napi::Object exports);
+void RegisterSpirv(Napi::Env env, Napi::Object exports);
 void RegisterVulkan(Napi::Env env, Napi::Object exports);
 
 // ---- job pool: a job kind for backends outside pool.cc ----

@@ -1,0 +1,671 @@
+// The loop rewrite (hw-spec §6.3.5): every back-edge of every function continues only while the
+// launch's cancel word is 0; with Limits::loopLimit > 0 (a device that silently leaves loops at
+// its own cap: lavapipe) the program also detects each such cut and reports it; the entry point's
+// returns report why it stopped in the control block.
+//
+// What it adds (new ids from the header bound; OpTypeInt 32 0 / OpTypeBool reused when present):
+//   control block  set 1 binding 0: struct { uint cancel; uint status; } (Block in StorageBuffer;
+//                  BufferBlock in Uniform for SPIR-V < 1.3 without the storage-buffer extension)
+//   back-edge      cancel = atomic load (Relaxed; Device scope, QueueFamily under the Vulkan memory
+//                  model) — an atomic load cannot be hoisted out of the loop; the branch becomes
+//                  OpBranchConditional (cancel == 0) header merge (cond && ok for a do-while).
+//   entry returns  status = loop_cut ? 2 : cancel != 0 ? 1 : 0; if nonzero, atomicMax into
+//                  control.status inside a small selection construct before the OpReturn.
+//   OpUnreachable  becomes a return (an early loop exit may now reach a block that was unreachable).
+//
+// Loop-cut detection (loopLimit > 0). lavapipe ends a loop when a limiter shared by all loops of a
+// SIMD group reaches 0, at the end of a pass, as if the loop had exited — and passes run with every
+// lane masked off (a loop in a branch no lane took) count too, so no counter in the program can
+// mirror it. Instead each invocation keeps the tag of its innermost running loop in shared memory,
+// uint vugpu_loop_tag[N] (N = maxWgInvocations, indexed by LocalInvocationIndex; memory, so that
+// the compiler front end, which does not know of the cut, cannot fold the check away):
+//   entering a loop  saves the current tag in a Function variable, tag = T(loop);
+//   leaving it       by any of its exits: tag = the saved one (edges that enter or leave a loop
+//                    are split into a new block, so iterations pay nothing; a do-while's exit,
+//                    in the continue construct, selects the tag every iteration instead);
+//   its merge block  tag still T(loop) and the launch not cancelled = the device cut the loop:
+//                    private vugpu_loop_cut = 2;
+//   returns          of functions with loops restore the tag the function started with.
+#define SPV_ENABLE_UTILITY_CODE
+#include <spirv/unified1/spirv.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "module.h"
+
+namespace vugpu::spirv::detail {
+
+namespace {
+
+using Words = std::vector<uint32_t>;
+
+void Emit(Words& v, uint32_t op, std::initializer_list<uint32_t> args) {
+  v.push_back(uint32_t(1 + args.size()) << 16 | op);
+  v.insert(v.end(), args);
+}
+
+void EmitStr(Words& v, uint32_t op, std::initializer_list<uint32_t> pre, std::string_view s) {
+  size_t strWords = s.size() / 4 + 1;
+  v.push_back(uint32_t(1 + pre.size() + strWords) << 16 | op);
+  v.insert(v.end(), pre);
+  size_t base = v.size();
+  v.resize(base + strWords, 0);
+  for (size_t k = 0; k < s.size(); ++k) v[base + k / 4] |= uint32_t(uint8_t(s[k])) << (8 * (k % 4));
+}
+
+bool InNamesSection(uint32_t op) {
+  switch (op) {
+    case SpvOpCapability:
+    case SpvOpExtension:
+    case SpvOpExtInstImport:
+    case SpvOpMemoryModel:
+    case SpvOpEntryPoint:
+    case SpvOpExecutionMode:
+    case SpvOpExecutionModeId:
+    case SpvOpString:
+    case SpvOpSourceExtension:
+    case SpvOpSource:
+    case SpvOpSourceContinued:
+    case SpvOpName:
+    case SpvOpMemberName:
+      return true;
+    default: return false;
+  }
+}
+
+bool InAnnotationSection(uint32_t op) {
+  switch (op) {
+    case SpvOpModuleProcessed:
+    case SpvOpDecorate:
+    case SpvOpMemberDecorate:
+    case SpvOpDecorateId:
+    case SpvOpDecorateString:
+    case SpvOpMemberDecorateString:
+    case SpvOpDecorationGroup:
+    case SpvOpGroupDecorate:
+    case SpvOpGroupMemberDecorate:
+      return true;
+    default: return false;
+  }
+}
+
+class Rewriter {
+ public:
+  Rewriter(const Module& m, const Operands& ops, const Analysis& a, const Limits& lim)
+      : m_(m), ops_(ops), a_(a), lim_(lim), next_(m.bound) {}
+  Failure run(Words* out);
+
+ private:
+  const Module& m_;
+  const Operands& ops_;
+  const Analysis& a_;
+  const Limits& lim_;
+  uint32_t next_;
+  bool detect_ = false;
+  uint32_t nextTag_ = 1;
+
+  Words caps_, exts_, names_, decos_, globals_;
+  std::map<uint32_t, Words> before_;               // instruction index → words inserted before it
+  std::unordered_map<uint32_t, Words> replace_;    // instruction index → its replacement
+  std::unordered_map<uint32_t, uint32_t> undef_;   // type → OpUndef id
+  std::unordered_map<uint32_t, uint32_t> defIdx_;  // id → defining instruction (lazily)
+
+  // ids
+  uint32_t tUint_ = 0, tBool_ = 0, c0_ = 0, c1_ = 0, c2_ = 0, cScope_ = 0, cN_ = 0, cNm1_ = 0,
+           tPtrCtlUint_ = 0, vCtl_ = 0, tPtrWgUint_ = 0, tPtrFnUint_ = 0, vTags_ = 0, vSlot_ = 0,
+           vCut_ = 0, vLocalIndex_ = 0;
+
+  uint32_t fresh() { return next_++; }
+  uint32_t constant(uint32_t value) {
+    uint32_t id = fresh();
+    Emit(globals_, SpvOpConstant, {tUint_, id, value});
+    return id;
+  }
+  uint32_t undefOf(uint32_t type) {
+    auto it = undef_.find(type);
+    if (it != undef_.end()) return it->second;
+    uint32_t id = fresh();
+    Emit(globals_, SpvOpUndef, {type, id});
+    undef_[type] = id;
+    return id;
+  }
+  // Defining instruction of an id (built on first use: only OpSwitch exits need it).
+  const uint32_t* defInst(uint32_t id) {
+    if (defIdx_.empty())
+      for (size_t i = 0; i < m_.insts.size(); ++i)
+        if (ops_.resultId[i]) defIdx_[ops_.resultId[i]] = uint32_t(i);
+    auto it = defIdx_.find(id);
+    return it == defIdx_.end() ? nullptr : &it->second;
+  }
+  uint32_t typeOf(uint32_t id) {
+    const uint32_t* i = defInst(id);
+    return i ? ops_.typeId[*i] : 0;
+  }
+  uint32_t defOp(uint32_t id) {
+    const uint32_t* i = defInst(id);
+    return i ? m_.insts[*i].op : 0;
+  }
+  uint32_t defAt(uint32_t id, size_t k) {
+    const uint32_t* i = defInst(id);
+    return i ? m_.at(*i, k) : 0;
+  }
+  uint32_t cancelledNot(Words& v);  // bool: cancel word == 0
+  void declareGlobals();
+  void emitStatus(Words& v);
+  Failure rewriteFunction(const Function& f);
+  Failure patchEntryPoints();
+};
+
+void Rewriter::declareGlobals() {
+  if (a_.uintType) {
+    tUint_ = a_.uintType;
+  } else {
+    tUint_ = fresh();
+    Emit(globals_, SpvOpTypeInt, {tUint_, 32, 0});
+  }
+  if (a_.boolType) {
+    tBool_ = a_.boolType;
+  } else {
+    tBool_ = fresh();
+    Emit(globals_, SpvOpTypeBool, {tBool_});
+  }
+  c0_ = constant(0);
+  c1_ = constant(1);
+  c2_ = constant(STATUS_LOOP_LIMIT);
+  cScope_ = a_.vulkanMemoryModel ? constant(SpvScopeQueueFamily) : constant(SpvScopeDevice);
+
+  // StorageBuffer is core from SPIR-V 1.3 (or with its extension); before that a storage buffer
+  // is a BufferBlock in Uniform (BufferBlock itself is gone from 1.4).
+  bool sb = m_.version >= 0x00010300 || a_.hasStorageBufferExt;
+  uint32_t sc = sb ? SpvStorageClassStorageBuffer : SpvStorageClassUniform;
+  uint32_t tCtl = fresh(), tPtrCtl = fresh();
+  tPtrCtlUint_ = fresh();
+  vCtl_ = fresh();
+  Emit(globals_, SpvOpTypeStruct, {tCtl, tUint_, tUint_});
+  Emit(globals_, SpvOpTypePointer, {tPtrCtl, sc, tCtl});
+  Emit(globals_, SpvOpTypePointer, {tPtrCtlUint_, sc, tUint_});
+  Emit(globals_, SpvOpVariable, {tPtrCtl, vCtl_, sc});
+  Emit(decos_, SpvOpDecorate, {tCtl, sb ? SpvDecorationBlock : SpvDecorationBufferBlock});
+  Emit(decos_, SpvOpMemberDecorate, {tCtl, 0, SpvDecorationOffset, 0});
+  Emit(decos_, SpvOpMemberDecorate, {tCtl, 1, SpvDecorationOffset, 4});
+  Emit(decos_, SpvOpDecorate, {vCtl_, SpvDecorationDescriptorSet, CONTROL_SET});
+  Emit(decos_, SpvOpDecorate, {vCtl_, SpvDecorationBinding, CONTROL_BINDING});
+  EmitStr(names_, SpvOpName, {tCtl}, "vugpu_control_t");
+  EmitStr(names_, SpvOpMemberName, {tCtl, 0}, "cancel");
+  EmitStr(names_, SpvOpMemberName, {tCtl, 1}, "status");
+  EmitStr(names_, SpvOpName, {vCtl_}, "vugpu_control");
+
+  if (!detect_) return;
+  uint32_t n = std::clamp<uint32_t>(lim_.maxWgInvocations, 1, 4096);
+  cN_ = constant(n);
+  cNm1_ = constant(n - 1);
+  uint32_t tArr = fresh(), tPtrWgArr = fresh(), tPtrPriv = fresh();
+  tPtrWgUint_ = fresh();
+  tPtrFnUint_ = fresh();
+  vTags_ = fresh();
+  vSlot_ = fresh();
+  vCut_ = fresh();
+  Emit(globals_, SpvOpTypeArray, {tArr, tUint_, cN_});
+  Emit(globals_, SpvOpTypePointer, {tPtrWgArr, SpvStorageClassWorkgroup, tArr});
+  Emit(globals_, SpvOpTypePointer, {tPtrWgUint_, SpvStorageClassWorkgroup, tUint_});
+  Emit(globals_, SpvOpTypePointer, {tPtrFnUint_, SpvStorageClassFunction, tUint_});
+  Emit(globals_, SpvOpTypePointer, {tPtrPriv, SpvStorageClassPrivate, tUint_});
+  Emit(globals_, SpvOpVariable, {tPtrWgArr, vTags_, SpvStorageClassWorkgroup});
+  // Initialised to 0 so that code that never ran the entry's prologue still indexes in bounds.
+  Emit(globals_, SpvOpVariable, {tPtrPriv, vSlot_, SpvStorageClassPrivate, c0_});
+  Emit(globals_, SpvOpVariable, {tPtrPriv, vCut_, SpvStorageClassPrivate, c0_});
+  if (a_.localIndexVar) {
+    vLocalIndex_ = a_.localIndexVar;
+  } else {
+    uint32_t tPtrIn = fresh();
+    vLocalIndex_ = fresh();
+    Emit(globals_, SpvOpTypePointer, {tPtrIn, SpvStorageClassInput, tUint_});
+    Emit(globals_, SpvOpVariable, {tPtrIn, vLocalIndex_, SpvStorageClassInput});
+    Emit(decos_, SpvOpDecorate, {vLocalIndex_, SpvDecorationBuiltIn, SpvBuiltInLocalInvocationIndex});
+  }
+  EmitStr(names_, SpvOpName, {vTags_}, "vugpu_loop_tag");
+  EmitStr(names_, SpvOpName, {vSlot_}, "vugpu_invocation_slot");
+  EmitStr(names_, SpvOpName, {vCut_}, "vugpu_loop_cut");
+}
+
+uint32_t Rewriter::cancelledNot(Words& v) {
+  uint32_t pc = fresh(), cw = fresh(), ok = fresh();
+  Emit(v, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
+  Emit(v, SpvOpAtomicLoad, {tUint_, cw, pc, cScope_, c0_});
+  Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
+  return ok;
+}
+
+// Replaces an OpReturn of the entry point: report a stop in the control block, then return.
+void Rewriter::emitStatus(Words& v) {
+  uint32_t ok = cancelledNot(v), st = fresh();
+  Emit(v, SpvOpSelect, {tUint_, st, ok, c0_, c1_});
+  if (detect_) {
+    uint32_t cut = fresh(), hit = fresh(), st2 = fresh();
+    Emit(v, SpvOpLoad, {tUint_, cut, vCut_});
+    Emit(v, SpvOpINotEqual, {tBool_, hit, cut, c0_});
+    Emit(v, SpvOpSelect, {tUint_, st2, hit, cut, st});
+    st = st2;
+  }
+  uint32_t any = fresh(), write = fresh(), merge = fresh(), ps = fresh(), old = fresh();
+  Emit(v, SpvOpINotEqual, {tBool_, any, st, c0_});
+  Emit(v, SpvOpSelectionMerge, {merge, SpvSelectionControlMaskNone});
+  Emit(v, SpvOpBranchConditional, {any, write, merge});
+  Emit(v, SpvOpLabel, {write});
+  Emit(v, SpvOpAccessChain, {tPtrCtlUint_, ps, vCtl_, c1_});
+  Emit(v, SpvOpAtomicUMax, {tUint_, old, ps, cScope_, c0_, st});
+  Emit(v, SpvOpBranch, {merge});
+  Emit(v, SpvOpLabel, {merge});
+  Emit(v, SpvOpReturn, {});
+}
+
+Failure Rewriter::rewriteFunction(const Function& f) {
+  const bool isEntry = f.id == a_.entryFunction;
+  const uint32_t nb = uint32_t(f.blocks.size());
+  if (nb == 0) return {};
+  std::unordered_map<uint32_t, uint32_t> pos;  // label → block position
+  struct Loop {
+    uint32_t header, merge, tag = 0, parentVar = 0, tagConst = 0;
+  };
+  std::vector<Loop> loops;
+  std::unordered_map<uint32_t, uint32_t> loopOfHeader, loopOfMerge;  // label → index in loops
+  for (uint32_t p = 0; p < nb; ++p) {
+    const Block& b = f.blocks[p];
+    pos[b.label] = p;
+    if (b.mergeInst != UINT32_MAX && m_.insts[b.mergeInst].op == SpvOpLoopMerge) {
+      loopOfHeader[b.label] = uint32_t(loops.size());
+      loopOfMerge[m_.at(b.mergeInst, 1)] = uint32_t(loops.size());
+      loops.push_back({b.label, m_.at(b.mergeInst, 1)});
+    }
+  }
+  // A back-edge goes to a loop header from the header itself or a block after it (blocks appear
+  // after their dominators, and a loop's header dominates it). A hostile module that branches to
+  // a header from elsewhere gets a rewrite that the final validation refuses.
+  auto isBackTarget = [&](uint32_t target, uint32_t p) {
+    auto it = pos.find(target);
+    return it != pos.end() && it->second <= p && loopOfHeader.count(target);
+  };
+  const bool detectHere = detect_ && (!loops.empty() || isEntry);
+  // Blocks that already have a structural role (merge or continue targets, loop headers): a new
+  // OpSelectionMerge may not name them.
+  std::unordered_set<uint32_t> structural;
+  std::unordered_map<uint32_t, uint32_t> preds;  // label → number of branches to it
+  for (const Block& b : f.blocks) {
+    uint32_t top = m_.insts[b.term].op;
+    if (top == SpvOpBranch || top == SpvOpBranchConditional || top == SpvOpSwitch)
+      for (uint32_t j = ops_.first[b.term]; j < ops_.first[b.term + 1]; ++j) ++preds[ops_.ids[j]];
+  }
+  for (const Block& b : f.blocks) {
+    if (b.mergeInst == UINT32_MAX) continue;
+    structural.insert(b.label);
+    structural.insert(m_.at(b.mergeInst, 1));
+    if (m_.insts[b.mergeInst].op == SpvOpLoopMerge) structural.insert(m_.at(b.mergeInst, 2));
+  }
+
+  // Function variables (must lead the first block) and the prologue after the existing ones.
+  const Block& b0 = f.blocks[0];
+  uint32_t tagPtr = 0, startTag = 0;
+  if (detectHere) {
+    Words& decl = before_[b0.first + 1];
+    for (Loop& l : loops) {
+      l.tag = nextTag_++;
+      l.tagConst = constant(l.tag);
+      l.parentVar = fresh();
+      Emit(decl, SpvOpVariable, {tPtrFnUint_, l.parentVar, SpvStorageClassFunction});
+    }
+    uint32_t at = b0.first + 1;
+    for (uint32_t i = b0.first + 1; i < b0.term; ++i) {
+      uint32_t op = m_.insts[i].op;
+      if (op == SpvOpVariable) at = i + 1;
+      else if (op != SpvOpLine && op != SpvOpNoLine) break;
+    }
+    Words& v = before_[at];
+    tagPtr = fresh();
+    if (isEntry) {
+      uint32_t li = fresh(), lt = fresh(), slot = fresh();
+      Emit(v, SpvOpLoad, {tUint_, li, vLocalIndex_});
+      Emit(v, SpvOpULessThan, {tBool_, lt, li, cN_});
+      Emit(v, SpvOpSelect, {tUint_, slot, lt, li, cNm1_});
+      Emit(v, SpvOpStore, {vSlot_, slot});
+      Emit(v, SpvOpAccessChain, {tPtrWgUint_, tagPtr, vTags_, slot});
+      Emit(v, SpvOpStore, {tagPtr, c0_});
+      startTag = c0_;
+    } else {
+      uint32_t slot = fresh();
+      startTag = fresh();
+      Emit(v, SpvOpLoad, {tUint_, slot, vSlot_});
+      Emit(v, SpvOpAccessChain, {tPtrWgUint_, tagPtr, vTags_, slot});
+      Emit(v, SpvOpLoad, {tUint_, startTag, tagPtr});
+    }
+  }
+
+  std::vector<std::pair<uint32_t, uint32_t>> newEdges;  // (merge label, from label): OpPhi + undef
+  struct Rename {
+    uint32_t target, from, to;
+  };
+  std::vector<Rename> renames;  // split edges: OpPhis of target name `to` instead of `from`
+  for (uint32_t p = 0; p < nb; ++p) {
+    const Block& b = f.blocks[p];
+    uint32_t t = b.term;
+    uint32_t op = m_.insts[t].op;
+    uint32_t insertAt = b.mergeInst != UINT32_MAX ? b.mergeInst : t;
+
+    // Merge block of a loop: left without taking an exit (and not cancelled) = the device cut it.
+    if (detectHere) {
+      if (auto it = loopOfMerge.find(b.label); it != loopOfMerge.end()) {
+        uint32_t start = b.first + 1;
+        while (start < t && (m_.insts[start].op == SpvOpPhi || m_.insts[start].op == SpvOpLine ||
+                             m_.insts[start].op == SpvOpNoLine))
+          ++start;
+        Words& v = before_[start];
+        uint32_t cur = fresh(), same = fresh(), both = fresh(), st = fresh(), st2 = fresh();
+        Emit(v, SpvOpLoad, {tUint_, cur, tagPtr});
+        Emit(v, SpvOpIEqual, {tBool_, same, cur, loops[it->second].tagConst});
+        uint32_t ok = cancelledNot(v);
+        Emit(v, SpvOpLogicalAnd, {tBool_, both, same, ok});
+        Emit(v, SpvOpLoad, {tUint_, st, vCut_});
+        Emit(v, SpvOpSelect, {tUint_, st2, both, c2_, st});
+        Emit(v, SpvOpStore, {vCut_, st2});
+      }
+    }
+    Words& v = before_[insertAt];
+
+    // The back-edge rewrite; fin is the block's final terminator (words), refusal the merge its
+    // new cancel exit goes to (0: none).
+    Words fin(m_.w + m_.insts[t].off, m_.w + m_.insts[t].off + m_.insts[t].wc);
+    bool backEdge = false;
+    uint32_t doWhileExit = 0, doWhileCond = 0;  // do-while back-edge: cond true continues
+    if (op == SpvOpBranch) {
+      uint32_t target = m_.at(t, 1);
+      if (isBackTarget(target, p)) {
+        uint32_t merge = loops[loopOfHeader[target]].merge;
+        uint32_t ok = cancelledNot(v);
+        fin.clear();
+        Emit(fin, SpvOpBranchConditional, {ok, target, merge});
+        newEdges.push_back({merge, b.label});
+        backEdge = true;
+      }
+    } else if (op == SpvOpBranchConditional) {
+      uint32_t cond = m_.at(t, 1), t1 = m_.at(t, 2), t2 = m_.at(t, 3);
+      bool h1 = isBackTarget(t1, p), h2 = isBackTarget(t2, p);
+      if (h1 || h2) {
+        backEdge = true;
+        uint32_t header = h1 ? t1 : t2;
+        uint32_t merge = loops[loopOfHeader[header]].merge;
+        uint32_t ok = cancelledNot(v);
+        fin.clear();
+        if (t1 == t2) {
+          Emit(fin, SpvOpBranchConditional, {ok, header, merge});
+          newEdges.push_back({merge, b.label});
+        } else if (h1 && !h2 && t2 == merge) {
+          uint32_t c2 = fresh();
+          Emit(v, SpvOpLogicalAnd, {tBool_, c2, cond, ok});
+          if (m_.insts[t].wc == 6) Emit(fin, SpvOpBranchConditional, {c2, t1, t2, m_.at(t, 4), m_.at(t, 5)});
+          else Emit(fin, SpvOpBranchConditional, {c2, t1, t2});
+          doWhileExit = merge;
+          doWhileCond = cond;
+        } else if (h2 && !h1 && t1 == merge) {
+          uint32_t nc = fresh(), c2 = fresh();
+          Emit(v, SpvOpLogicalNot, {tBool_, nc, cond});
+          Emit(v, SpvOpLogicalAnd, {tBool_, c2, nc, ok});
+          if (m_.insts[t].wc == 6) Emit(fin, SpvOpBranchConditional, {c2, t2, t1, m_.at(t, 5), m_.at(t, 4)});
+          else Emit(fin, SpvOpBranchConditional, {c2, t2, t1});
+          doWhileExit = merge;
+          doWhileCond = nc;
+        } else {
+          return {R_LOOP_FORM, "back-edge to loop header %" + std::to_string(header) + " from %" +
+                                   std::to_string(b.label) + " branches elsewhere than the loop's merge"};
+        }
+      }
+    } else if (op == SpvOpSwitch) {
+      for (uint32_t j = ops_.first[t]; j < ops_.first[t + 1]; ++j)
+        if (isBackTarget(ops_.ids[j], p))
+          return {R_LOOP_FORM, "back-edge to loop header %" + std::to_string(ops_.ids[j]) +
+                                   " is an OpSwitch"};
+    }
+
+    Words tail;  // a block added after this one (a split edge)
+    if (detectHere) {
+      // What taking an edge to `target` does to the tag: leave a loop (restore its parent tag),
+      // enter one (save the current tag, set its own), or both, or nothing (0). Back-edges do
+      // nothing (the tag is already the loop's), nor does the new cancel exit (the merge's check
+      // ignores cancelled launches). Returns the new tag's id; emits the loads and saves into w.
+      auto hasEffect = [&](uint32_t target) {
+        return !isBackTarget(target, p) && (loopOfMerge.count(target) || loopOfHeader.count(target));
+      };
+      auto effect = [&](Words& w, uint32_t target) -> uint32_t {
+        if (!hasEffect(target)) return 0;
+        auto ex = loopOfMerge.find(target);
+        auto en = loopOfHeader.find(target);
+        uint32_t val = 0;
+        if (ex != loopOfMerge.end()) {
+          val = fresh();
+          Emit(w, SpvOpLoad, {tUint_, val, loops[ex->second].parentVar});
+        }
+        if (en != loopOfHeader.end()) {
+          uint32_t parent = val;
+          if (!parent) {
+            parent = fresh();
+            Emit(w, SpvOpLoad, {tUint_, parent, tagPtr});
+          }
+          Emit(w, SpvOpStore, {loops[en->second].parentVar, parent});
+          val = loops[en->second].tagConst;
+        }
+        return val;
+      };
+      uint32_t cur = 0;
+      auto current = [&]() {
+        if (!cur) {
+          cur = fresh();
+          Emit(v, SpvOpLoad, {tUint_, cur, tagPtr});
+        }
+        return cur;
+      };
+      uint32_t fop = fin[0] & 0xFFFF;
+      if (fop == SpvOpBranch) {
+        if (uint32_t val = effect(v, fin[1])) Emit(v, SpvOpStore, {tagPtr, val});
+      } else if (backEdge) {
+        if (doWhileExit) {
+          // The do-while's own exit runs in the continue construct, where no block may be added:
+          // select the tag instead (every iteration).
+          const Loop& l = loops[loopOfMerge[doWhileExit]];
+          uint32_t pv = fresh(), val = fresh();
+          Emit(v, SpvOpLoad, {tUint_, pv, l.parentVar});
+          Emit(v, SpvOpSelect, {tUint_, val, doWhileCond, l.tagConst, pv});
+          Emit(v, SpvOpStore, {tagPtr, val});
+        }
+      } else if (fop == SpvOpBranchConditional) {
+        uint32_t t1 = fin[2], t2 = fin[3];
+        bool e1 = hasEffect(t1), e2 = hasEffect(t2);
+        // "if (!c) break;" without a merge instruction: make it a selection whose merge is the
+        // target that stays, and move the tag change onto the exit edge (a new block), so that
+        // iterations that stay pay nothing.
+        uint32_t stay = e1 && !e2 ? t2 : t1, go = e1 && !e2 ? t1 : t2;
+        // (the merge must be dominated by this block: its only predecessor)
+        if (t1 != t2 && e1 != e2 && b.mergeInst == UINT32_MAX && !structural.count(stay) &&
+            preds[stay] == 1) {
+          uint32_t e = fresh();
+          Emit(tail, SpvOpLabel, {e});
+          Emit(tail, SpvOpStore, {tagPtr, effect(tail, go)});
+          Emit(tail, SpvOpBranch, {go});
+          Emit(v, SpvOpSelectionMerge, {stay, SpvSelectionControlMaskNone});
+          structural.insert(stay);
+          renames.push_back({go, b.label, e});
+          fin[go == t1 ? 2 : 3] = e;
+        } else if (e1 || e2) {
+          uint32_t v1 = e1 ? effect(v, t1) : 0, v2 = e2 ? effect(v, t2) : 0;
+          if (!v1) v1 = current();
+          if (!v2) v2 = current();
+          uint32_t val = v1;
+          if (v1 != v2) {
+            val = fresh();
+            Emit(v, SpvOpSelect, {tUint_, val, fin[1], v1, v2});
+          }
+          Emit(v, SpvOpStore, {tagPtr, val});
+        }
+      } else if (fop == SpvOpSwitch) {
+        // The tag after the switch: the default's, replaced by a case's where the selector
+        // matches that case's literal.
+        uint32_t sel = fin[1], selType = typeOf(sel);
+        uint32_t width = defOp(selType) == SpvOpTypeInt ? defAt(selType, 2) : 0;
+        if (width == 0 || width > 64) return {R_LOOP_FORM, "OpSwitch selector of unknown type"};
+        uint32_t lw = width > 32 ? 2 : 1;
+        bool any = hasEffect(fin[2]);
+        for (size_t k = 3 + lw; k < fin.size(); k += lw + 1) any = any || hasEffect(fin[k]);
+        if (any) {
+          std::unordered_map<uint32_t, uint32_t> valueOf;
+          auto value = [&](uint32_t target) {
+            auto it = valueOf.find(target);
+            if (it != valueOf.end()) return it->second;
+            uint32_t val = effect(v, target);
+            if (!val) val = current();
+            valueOf[target] = val;
+            return val;
+          };
+          uint32_t acc = value(fin[2]);
+          for (size_t k = 3; k + lw < fin.size(); k += lw + 1) {
+            uint32_t val = value(fin[k + lw]);
+            if (val == value(fin[2])) continue;
+            uint32_t kc = fresh(), eq = fresh(), sel2 = fresh();
+            globals_.push_back(uint32_t(3 + lw) << 16 | SpvOpConstant);
+            globals_.insert(globals_.end(), {selType, kc, fin[k]});
+            if (lw == 2) globals_.push_back(fin[k + 1]);
+            Emit(v, SpvOpIEqual, {tBool_, eq, sel, kc});
+            Emit(v, SpvOpSelect, {tUint_, sel2, eq, val, acc});
+            acc = sel2;
+          }
+          Emit(v, SpvOpStore, {tagPtr, acc});
+        }
+      }
+    }
+
+    if (op == SpvOpUnreachable || op == SpvOpReturn || op == SpvOpReturnValue) {
+      fin.clear();
+      if (isEntry && op != SpvOpReturnValue) {
+        emitStatus(fin);
+      } else {
+        if (detectHere) Emit(v, SpvOpStore, {tagPtr, startTag});
+        if (op != SpvOpUnreachable) continue;
+        if (f.typeId == a_.voidType && a_.voidType) Emit(fin, SpvOpReturn, {});
+        else Emit(fin, SpvOpReturnValue, {undefOf(f.typeId)});
+      }
+    }
+    bool same = fin.size() == m_.insts[t].wc && tail.empty() &&
+                std::equal(fin.begin(), fin.end(), m_.w + m_.insts[t].off);
+    if (!same) {
+      fin.insert(fin.end(), tail.begin(), tail.end());
+      replace_[t] = std::move(fin);
+    }
+  }
+
+  // OpPhis of blocks that gained or changed a predecessor.
+  auto phis = [&](uint32_t label, auto&& edit) -> Failure {
+    auto it = pos.find(label);
+    if (it == pos.end()) return {R_LOOP_FORM, "branch target not found"};
+    const Block& mb = f.blocks[it->second];
+    for (uint32_t i = mb.first + 1; i < mb.term; ++i) {
+      uint32_t op = m_.insts[i].op;
+      if (op == SpvOpLine || op == SpvOpNoLine) continue;
+      if (op != SpvOpPhi) break;
+      Words& r = replace_[i];
+      if (r.empty()) r.assign(m_.w + m_.insts[i].off, m_.w + m_.insts[i].off + m_.insts[i].wc);
+      edit(r);
+      if (r.size() > 0xFFFF) return {R_LOOP_FORM, "OpPhi too large to extend"};
+      r[0] = uint32_t(r.size()) << 16 | SpvOpPhi;
+    }
+    return {};
+  };
+  // A back-edge that can now exit adds a predecessor to the merge block: its OpPhis get an
+  // (undefined) value for it — the loop was stopped, the result is reported wrong anyway.
+  for (auto [merge, from] : newEdges)
+    if (Failure e = phis(merge, [&](Words& r) { r.insert(r.end(), {undefOf(r[1]), from}); }); e.failed())
+      return e;
+  for (const Rename& rn : renames)
+    if (Failure e = phis(rn.target, [&](Words& r) {
+          for (size_t k = 4; k < r.size(); k += 2)
+            if (r[k] == rn.from) r[k] = rn.to;
+        });
+        e.failed())
+      return e;
+  return {};
+}
+
+Failure Rewriter::patchEntryPoints() {
+  std::vector<uint32_t> ours{vCtl_};
+  if (detect_) ours.insert(ours.end(), {vTags_, vSlot_, vCut_, vLocalIndex_});
+  // Before SPIR-V 1.4 the interface lists only Input/Output variables.
+  if (m_.version < 0x00010400) ours = detect_ ? std::vector<uint32_t>{vLocalIndex_} : std::vector<uint32_t>{};
+  if (ours.empty()) return {};
+  for (uint32_t e : a_.entryPoints) {
+    size_t afterName = 0;
+    m_.str(e, 3, &afterName);
+    Words r(m_.w + m_.insts[e].off, m_.w + m_.insts[e].off + m_.insts[e].wc);
+    for (uint32_t id : ours)
+      if (std::find(r.begin() + std::min(afterName, r.size()), r.end(), id) == r.end()) r.push_back(id);
+    if (r.size() > 0xFFFF) return {R_LOOP_FORM, "entry point interface too large"};
+    r[0] = uint32_t(r.size()) << 16 | SpvOpEntryPoint;
+    replace_[e] = std::move(r);
+  }
+  return {};
+}
+
+Failure Rewriter::run(Words* out) {
+  detect_ = lim_.loopLimit > 0;
+  declareGlobals();
+  if (Failure f = patchEntryPoints(); f.failed()) return f;
+  for (const Function& f : a_.functions)
+    if (Failure r = rewriteFunction(f); r.failed()) return r;
+  if (next_ > kMaxOutputBound) return {R_LOOP_FORM, "too many loops and returns to rewrite"};
+
+  // Section boundaries: capabilities, extensions, debug names, annotations, then types/globals up
+  // to the first function.
+  size_t ni = m_.insts.size(), capEnd = 0, namesEnd, annotEnd, firstFn = ni;
+  while (capEnd < ni && m_.insts[capEnd].op == SpvOpCapability) ++capEnd;
+  namesEnd = capEnd;
+  while (namesEnd < ni && InNamesSection(m_.insts[namesEnd].op)) ++namesEnd;
+  annotEnd = namesEnd;
+  while (annotEnd < ni && InAnnotationSection(m_.insts[annotEnd].op)) ++annotEnd;
+  for (size_t i = annotEnd; i < ni; ++i)
+    if (m_.insts[i].op == SpvOpFunction) {
+      firstFn = i;
+      break;
+    }
+  if (firstFn == ni) return {R_LOOP_FORM, "module has no function"};
+  // Prepended last section first, so coinciding indices still come out in section order.
+  auto prepend = [&](size_t at, const Words& w) {
+    Words& v = before_[uint32_t(at)];
+    v.insert(v.begin(), w.begin(), w.end());
+  };
+  prepend(firstFn, globals_);
+  prepend(annotEnd, decos_);
+  prepend(namesEnd, names_);
+  prepend(capEnd, caps_);
+
+  out->clear();
+  out->reserve(m_.n + m_.n / 4 + 256);
+  out->insert(out->end(), {kMagic, m_.version, m_.w[2], next_, 0});
+  for (size_t i = 0; i < ni; ++i) {
+    if (auto it = before_.find(uint32_t(i)); it != before_.end())
+      out->insert(out->end(), it->second.begin(), it->second.end());
+    if (auto it = replace_.find(uint32_t(i)); it != replace_.end()) {
+      out->insert(out->end(), it->second.begin(), it->second.end());
+    } else {
+      const Inst& in = m_.insts[i];
+      out->insert(out->end(), m_.w + in.off, m_.w + in.off + in.wc);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Failure rewrite(const Module& m, const Operands& ops, const Analysis& a, const Limits& lim,
+                Words* out) {
+  Rewriter r(m, ops, a, lim);
+  return r.run(out);
+}
+
+}  // namespace vugpu::spirv::detail

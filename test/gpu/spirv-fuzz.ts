@@ -1,0 +1,555 @@
+// In-process fuzzer for the SPIR-V front end (native programPrepare), shared by
+// spirv-fuzz.test.ts (bounded) and bench/fuzz-programs.ts (long runs). It mutates valid seed
+// modules (bit flips, word replacement, instruction drops / duplicates / swaps, operand and
+// literal tweaks, swapped branch targets, truncation, crossover, random bytes) under varied
+// limits, and checks for every input:
+//   - programPrepare returns (a crash kills the process: the runner prints the iteration, and the
+//     same seed + iteration replays the same input) with a known reason and a message;
+//   - an accepted module's rewritten words pass SPIRV-Tools again (programValidate), pass the
+//     independent structural check below (verifyRewrite: no cycle of the CFG avoids an
+//     instrumented back-edge, every return of the entry point reports a stop, loop tags), and
+//     its entry info is within the limits;
+//   - "rewritten module failed validation" never happens (that is a front-end bug);
+//   - the same input gives the same answer (checked on a sample).
+import fs from 'node:fs';
+import { native } from '../../src/native.ts';
+import { LIMITS, R, type Limits, type Prepared } from './spirv-helpers.ts';
+
+// ---- PRNG ----------------------------------------------------------------------------------
+
+/** sfc32 seeded through splitmix32: reproducible per (seed, iteration). */
+export class Prng {
+  private a: number;
+  private b: number;
+  private c: number;
+  private d: number;
+
+  constructor(seed: number) {
+    let s = seed >>> 0;
+    const next = (): number => {
+      s = (s + 0x9e3779b9) >>> 0;
+      let z = s;
+      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+      return (z ^ (z >>> 16)) >>> 0;
+    };
+    this.a = next();
+    this.b = next();
+    this.c = next();
+    this.d = next();
+    for (let i = 0; i < 12; i++) this.u32();
+  }
+
+  u32(): number {
+    const t = (((this.a + this.b) | 0) + this.d) | 0;
+    this.d = (this.d + 1) | 0;
+    this.a = this.b ^ (this.b >>> 9);
+    this.b = (this.c + (this.c << 3)) | 0;
+    this.c = (this.c << 21) | (this.c >>> 11);
+    this.c = (this.c + t) | 0;
+    return t >>> 0;
+  }
+
+  int(n: number): number {
+    return Math.floor((this.u32() / 0x1_0000_0000) * n);
+  }
+
+  chance(p: number): boolean {
+    return this.u32() < p * 0x1_0000_0000;
+  }
+
+  pick<T>(items: readonly T[]): T {
+    return items[this.int(items.length)]!;
+  }
+}
+
+// ---- SPIR-V word-level helpers -----------------------------------------------------------------
+
+interface Inst {
+  op: number;
+  off: number;
+  wc: number;
+}
+
+function instructions(w: Uint32Array): Inst[] | null {
+  const out: Inst[] = [];
+  let off = 5;
+  while (off < w.length) {
+    const wc = w[off]! >>> 16;
+    if (wc === 0 || off + wc > w.length) return null;
+    out.push({ op: w[off]! & 0xffff, off, wc });
+    off += wc;
+  }
+  return out;
+}
+
+function concat(parts: Uint32Array[]): Uint32Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint32Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+// ---- mutations -----------------------------------------------------------------------------------
+
+const EDGES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 16, 17, 24, 25, 28, 33, 34, 35, 38, 40, 63, 64, 65, 127, 128, 255, 256,
+  1024, 2048, 4096, 0x7fff, 0xffff, 0x10000, 0x10001, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff];
+
+export type Mutation = (r: Prng, w: Uint32Array, seeds: readonly Uint32Array[]) => Uint32Array;
+
+function someWord(r: Prng, w: Uint32Array): number {
+  return r.chance(0.05) ? r.int(Math.min(5, w.length)) : 5 + r.int(Math.max(1, w.length - 5));
+}
+
+export const MUTATIONS: Record<string, Mutation> = {
+  bitFlip(r, w) {
+    const out = w.slice();
+    const i = someWord(r, out);
+    if (i < out.length) out[i]! ^= 1 << r.int(32);
+    return out;
+  },
+  wordSet(r, w) {
+    const out = w.slice();
+    const i = someWord(r, out);
+    if (i < out.length) out[i] = r.chance(0.6) ? r.pick(EDGES) : r.u32();
+    return out;
+  },
+  // An operand (not the opcode word) set to another plausible id or literal: keeps framing, so it
+  // reaches the validator and often passes it (a different constant, binding, storage class…).
+  operand(r, w) {
+    const insts = instructions(w);
+    if (!insts || insts.length === 0) return w;
+    const ins = r.pick(insts);
+    if (ins.wc < 2) return w;
+    const out = w.slice();
+    const k = ins.off + 1 + r.int(ins.wc - 1);
+    const bound = w[3]!;
+    const v = out[k]!;
+    switch (r.int(4)) {
+      case 0: out[k] = (v + (r.chance(0.5) ? 1 : -1)) >>> 0; break;
+      case 1: out[k] = 1 + r.int(Math.max(1, Math.min(bound, 1 << 20) - 1)); break;
+      case 2: out[k] = r.int(8); break;
+      default: out[k] = r.pick(EDGES);
+    }
+    return out;
+  },
+  // Literal operands that usually keep the module valid: constants, workgroup sizes, decoration
+  // values (bindings, sets, offsets, strides, spec ids).
+  literal(r, w) {
+    const insts = instructions(w);
+    if (!insts) return w;
+    const cands = insts.filter((i) => (i.op === 43 && i.wc >= 4) || (i.op === 16 && i.wc >= 4) || (i.op === 71 && i.wc >= 4) || (i.op === 72 && i.wc >= 5));
+    if (cands.length === 0) return w;
+    const ins = r.pick(cands);
+    const out = w.slice();
+    const k = ins.off + (ins.op === 43 ? 3 : ins.op === 16 ? 3 + r.int(ins.wc - 3) : ins.op === 71 ? 3 : 4);
+    if (k >= ins.off + ins.wc) return w;
+    out[k] = r.chance(0.5) ? r.pick(EDGES) : (out[k]! + r.int(9) - 4) >>> 0;
+    return out;
+  },
+  // The two targets of a conditional branch exchanged (condition meaning flips): turns do-while
+  // back-edges around, breaks into continues, and so on — often still valid.
+  swapTargets(r, w) {
+    const insts = instructions(w);
+    if (!insts) return w;
+    const cands = insts.filter((i) => i.op === 250 && i.wc >= 4);
+    if (cands.length === 0) return w;
+    const ins = r.pick(cands);
+    const out = w.slice();
+    [out[ins.off + 2], out[ins.off + 3]] = [out[ins.off + 3]!, out[ins.off + 2]!];
+    return out;
+  },
+  drop(r, w) {
+    const insts = instructions(w);
+    if (!insts || insts.length < 2) return w;
+    const ins = r.pick(insts);
+    return concat([w.subarray(0, ins.off), w.subarray(ins.off + ins.wc)]);
+  },
+  dup(r, w) {
+    const insts = instructions(w);
+    if (!insts || insts.length === 0) return w;
+    const ins = r.pick(insts);
+    const to = r.pick(insts);
+    return concat([w.subarray(0, to.off), w.subarray(ins.off, ins.off + ins.wc), w.subarray(to.off)]);
+  },
+  swap(r, w) {
+    const insts = instructions(w);
+    if (!insts || insts.length < 2) return w;
+    const i = r.int(insts.length - 1);
+    const a = insts[i]!, b = insts[i + 1]!;
+    return concat([w.subarray(0, a.off), w.subarray(b.off, b.off + b.wc), w.subarray(a.off, a.off + a.wc), w.subarray(b.off + b.wc)]);
+  },
+  wordCount(r, w) {
+    const insts = instructions(w);
+    if (!insts || insts.length === 0) return w;
+    const out = w.slice();
+    const ins = r.pick(insts);
+    out[ins.off] = ((r.pick([0, 1, ins.wc - 1, ins.wc + 1, 0xffff]) & 0xffff) << 16) | ins.op;
+    return out;
+  },
+  truncate(r, w) {
+    return w.slice(0, r.int(w.length + 1));
+  },
+  // Instructions of another seed spliced in (types, constants, whole blocks).
+  crossover(r, w, seeds) {
+    const other = r.pick(seeds);
+    const a = instructions(w), b = instructions(other);
+    if (!a || !b || a.length === 0 || b.length === 0) return w;
+    const at = r.pick(a);
+    const from = r.int(b.length);
+    const n = 1 + r.int(Math.min(8, b.length - from));
+    const last = b[from + n - 1]!;
+    return concat([w.subarray(0, at.off), other.subarray(b[from]!.off, last.off + last.wc), w.subarray(at.off)]);
+  },
+  random(r) {
+    const n = r.int(64);
+    const out = new Uint32Array(5 + n);
+    out.set([0x07230203, r.pick([0x10000, 0x10300, 0x10500, r.u32()]), 0, 1 + r.int(64), 0]);
+    for (let i = 5; i < out.length; i++) out[i] = r.chance(0.5) ? ((1 + r.int(6)) << 16) | r.int(400) : r.int(70);
+    return out;
+  },
+};
+const MUTATION_NAMES = Object.keys(MUTATIONS);
+
+// ---- independent structural check of a rewritten module -----------------------------------------
+
+let shapes: Map<number, { type: boolean; result: boolean }> | undefined;
+/** Which opcodes have a result type / result id, from the SPIR-V grammar (spirv-headers). */
+function grammar(): Map<number, { type: boolean; result: boolean }> {
+  if (shapes) return shapes;
+  const j = JSON.parse(fs.readFileSync('/usr/include/spirv/unified1/spirv.core.grammar.json', 'utf8')) as {
+    instructions: { opcode: number; operands?: { kind: string }[] }[];
+  };
+  shapes = new Map();
+  for (const ins of j.instructions) {
+    const kinds = (ins.operands ?? []).map((o) => o.kind);
+    shapes.set(ins.opcode, { type: kinds[0] === 'IdResultType', result: kinds.includes('IdResult') });
+  }
+  return shapes;
+}
+
+const Op = {
+  EntryPoint: 15, Constant: 43, Function: 54, FunctionEnd: 56, Variable: 59, Load: 61, Store: 62,
+  AccessChain: 65, Decorate: 71, IAdd: 128, IEqual: 170, ULessThan: 176, LogicalAnd: 167,
+  AtomicLoad: 227, AtomicUMax: 239, LoopMerge: 246, SelectionMerge: 247, Label: 248, Branch: 249,
+  BranchConditional: 250, Switch: 251, Return: 253, ReturnValue: 254, Unreachable: 255, TypeInt: 21,
+} as const;
+
+const TERMINATORS = new Set<number>([Op.Branch, Op.BranchConditional, Op.Switch, Op.Return, Op.ReturnValue, Op.Unreachable, 252, 4416]);
+
+/** Checks what the rewrite promises, from the output alone: returns null or what is wrong.
+ *  - exactly one control variable (set 1, binding 0) and no OpUnreachable;
+ *  - every cycle of every function's CFG passes through a back-edge whose branch condition is an
+ *    AND-tree containing (atomic load of control.cancel) == 0 (Kahn's algorithm after removing
+ *    those edges leaves nothing);
+ *  - every return of the entry point is the merge of a selection whose arm does
+ *    atomicMax(control.status);
+ *  - with loop-cut detection (loopLimit > 0): every loop merge block starts with a check of the
+ *    tag against a constant unique to its loop, every edge that enters a loop sets the tag to that
+ *    constant (a store of it, or of a select naming it, in the block or in a block split off the
+ *    edge), and every other predecessor of a merge block except a cancel exit writes the tag. */
+export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIndex: number }): string | null {
+  const insts = instructions(w);
+  if (!insts) return 'bad framing';
+  const def = new Map<number, Inst>();
+  const consts = new Map<number, number>();
+  const intWidth = new Map<number, number>();
+  const names = new Map<string, number>();
+  const sets = new Map<number, number>(), bindings = new Map<number, number>();
+  const entries: number[] = [];
+  const g = grammar();
+  for (const ins of insts) {
+    const a = (k: number) => w[ins.off + k]!;
+    if (ins.op === Op.Decorate && ins.wc >= 4) {
+      if (a(2) === 34) sets.set(a(1), a(3));
+      if (a(2) === 33) bindings.set(a(1), a(3));
+    }
+    if (ins.op === 5 /* OpName */) {
+      const bytes = Buffer.from(w.buffer, w.byteOffset + (ins.off + 2) * 4, (ins.wc - 2) * 4);
+      names.set(bytes.subarray(0, bytes.indexOf(0)).toString(), a(1));
+    }
+    if (ins.op === Op.EntryPoint) entries.push(a(2));
+    if (ins.op === Op.TypeInt) intWidth.set(a(1), a(2));
+    const shape = g.get(ins.op);
+    if (shape?.result) def.set(a(shape.type ? 2 : 1), ins);
+    if (ins.op === Op.Constant) consts.set(a(2), a(3));
+    if (ins.op === Op.Unreachable) return 'OpUnreachable left in the module';
+  }
+  const control = [...sets.keys()].filter((id) => sets.get(id) === 1 && bindings.get(id) === 0);
+  if (control.length !== 1) return `expected one control variable at set 1 binding 0, found ${control.length}`;
+  const ctl = control[0]!;
+  const tagVar = names.get('vugpu_loop_tag');
+  if (opts.loopLimit > 0 && tagVar === undefined) return 'no loop tag variable';
+  const word = (ins: Inst, k: number) => (k < ins.wc ? w[ins.off + k]! : -1);
+  const isConst = (id: number, v: number) => consts.get(id) === v;
+  const chainOf = (ptr: number, base: number, idx?: number): boolean => {
+    const d = def.get(ptr);
+    return !!d && d.op === Op.AccessChain && word(d, 3) === base && (idx === undefined || isConst(word(d, 4), idx));
+  };
+  const isTagPtr = (ptr: number) => tagVar !== undefined && chainOf(ptr, tagVar);
+  // cancel check: OpIEqual(OpAtomicLoad(&control.cancel), 0)
+  const isCancel = (id: number): boolean => {
+    const d = def.get(id);
+    if (!d || d.op !== Op.IEqual) return false;
+    for (const [x, y] of [[word(d, 3), word(d, 4)], [word(d, 4), word(d, 3)]] as const) {
+      const l = def.get(x);
+      if (isConst(y, 0) && l && l.op === Op.AtomicLoad && chainOf(word(l, 3), ctl, 0)) return true;
+    }
+    return false;
+  };
+  const leaves = (id: number, out: number[], depth = 0): void => {
+    const d = def.get(id);
+    if (d && d.op === Op.LogicalAnd && depth < 8) {
+      leaves(word(d, 3), out, depth + 1);
+      leaves(word(d, 4), out, depth + 1);
+    } else out.push(id);
+  };
+
+  interface Blk { label: number; start: number; end: number }
+  interface Fn { id: number; blocks: Blk[] }
+  let fn: Fn | null = null;
+  const functions: Fn[] = [];
+  let open: Blk | null = null;
+  for (let i = 0; i < insts.length; i++) {
+    const ins = insts[i]!;
+    if (ins.op === Op.Function) fn = { id: word(ins, 2), blocks: [] };
+    else if (ins.op === Op.FunctionEnd && fn) {
+      functions.push(fn);
+      fn = null;
+    } else if (ins.op === Op.Label && fn) open = { label: word(ins, 1), start: i, end: -1 };
+    else if (open && fn && TERMINATORS.has(ins.op)) {
+      open.end = i;
+      fn.blocks.push(open);
+      open = null;
+    }
+  }
+  const entryFn = entries[opts.entryIndex];
+  const loopTags = new Set<number>();
+  for (const f of functions) {
+    const index = new Map<number, number>(f.blocks.map((b, k) => [b.label, k]));
+    const headers = new Map<number, number>();  // header label → merge label
+    for (const b of f.blocks) {
+      const prev = insts[b.end - 1]!;
+      if (b.end - 1 > b.start && prev.op === Op.LoopMerge) headers.set(b.label, word(prev, 1));
+    }
+    const succ: number[][] = f.blocks.map(() => []);
+    const cancelExits = new Set<string>();  // "from→merge" edges that only a cancel takes
+    const targetsOf = (k: number): number[] => {
+      const t = insts[f.blocks[k]!.end]!;
+      if (t.op === Op.Branch) return [word(t, 1)];
+      if (t.op === Op.BranchConditional) return [word(t, 2), word(t, 3)];
+      if (t.op === Op.Switch) {
+        const sel = def.get(word(t, 1));
+        const wide = sel ? intWidth.get(word(sel, 1)) === 64 : false;
+        const out = [word(t, 2)];
+        for (let k2 = 3; k2 < t.wc; k2 += wide ? 3 : 2) out.push(word(t, k2 + (wide ? 2 : 1)));
+        return out;
+      }
+      return [];
+    };
+    for (let k = 0; k < f.blocks.length; k++) {
+      const b = f.blocks[k]!;
+      const t = insts[b.end]!;
+      let targets = targetsOf(k);
+      if (t.op === Op.BranchConditional) {
+        const h = word(t, 2);
+        if (headers.has(h) && index.get(h)! <= k && word(t, 3) === headers.get(h)) {
+          const ls: number[] = [];
+          leaves(word(t, 1), ls);
+          if (ls.some(isCancel)) {
+            targets = [word(t, 3)];  // the instrumented back-edge: not a cycle edge
+            if (ls.length === 1) cancelExits.add(`${b.label}>${word(t, 3)}`);
+          }
+        }
+      }
+      for (const x of targets) {
+        const j = index.get(x);
+        if (j !== undefined) succ[k]!.push(j);
+      }
+      if (f.id === entryFn && t.op === Op.Return) {
+        // the block must be the merge of a selection whose other arm does atomicMax(status)
+        const ok = f.blocks.some((h) => {
+          const m = insts[h.end - 1]!, br = insts[h.end]!;
+          if (m.op !== Op.SelectionMerge || word(m, 1) !== b.label || br.op !== Op.BranchConditional) return false;
+          const arm = f.blocks[index.get(word(br, 2)) ?? -1];
+          if (!arm) return false;
+          for (let i = arm.start; i < arm.end; i++)
+            if (insts[i]!.op === Op.AtomicUMax && chainOf(word(insts[i]!, 3), ctl, 1)) return true;
+          return false;
+        });
+        if (!ok) return `entry point return in block %${b.label} does not report a stop`;
+      }
+    }
+    // Kahn: any block left is on a cycle that no instrumented back-edge cuts.
+    const indeg = new Array<number>(f.blocks.length).fill(0);
+    for (const sc of succ) for (const j of sc) indeg[j]!++;
+    const queue = indeg.flatMap((d, k) => (d === 0 ? [k] : []));
+    let seen = 0;
+    while (queue.length) {
+      const k = queue.pop()!;
+      seen++;
+      for (const j of succ[k]!) if (--indeg[j]! === 0) queue.push(j);
+    }
+    if (seen !== f.blocks.length) return `function %${f.id} has a loop without the stop check`;
+
+    if (opts.loopLimit === 0) continue;
+    // Loop-cut detection.
+    // value is the tag, or a select (chain) one of whose values is
+    const names = (value: number, tag: number, depth = 0): boolean => {
+      if (value === tag) return true;
+      const d = def.get(value);
+      return !!d && d.op === 169 /* OpSelect */ && depth < 64 &&
+        (names(word(d, 4), tag, depth + 1) || names(word(d, 5), tag, depth + 1));
+    };
+    const storesTag = (k: number, tag?: number): boolean => {
+      const b = f.blocks[k]!;
+      for (let i = b.start; i < b.end; i++) {
+        const s = insts[i]!;
+        if (s.op !== Op.Store || !isTagPtr(word(s, 1))) continue;
+        if (tag === undefined) return true;
+        if (names(word(s, 2), tag)) return true;
+      }
+      return false;
+    };
+    const preds = new Map<number, number[]>();
+    for (let k = 0; k < f.blocks.length; k++)
+      for (const x of targetsOf(k)) {
+        const j = index.get(x);
+        if (j !== undefined) preds.set(j, [...(preds.get(j) ?? []), k]);
+      }
+    for (const [h, m] of headers) {
+      const mk = index.get(m);
+      if (mk === undefined) continue;
+      // the merge block's check: OpLoad(tag) == constant
+      const mb = f.blocks[mk]!;
+      let tag: number | undefined;
+      for (let i = mb.start; i < mb.end && tag === undefined; i++) {
+        const s = insts[i]!;
+        if (s.op !== Op.IEqual) continue;
+        const l = def.get(word(s, 3));
+        if (l && l.op === Op.Load && isTagPtr(word(l, 3)) && consts.has(word(s, 4))) tag = word(s, 4);
+      }
+      if (tag === undefined) return `loop merge %${m} does not check the loop tag`;
+      if (loopTags.has(consts.get(tag)!)) return `loop tag ${consts.get(tag)} used twice`;
+      loopTags.add(consts.get(tag)!);
+      const hk = index.get(h)!;
+      for (const pk of preds.get(hk) ?? []) {
+        if (pk >= hk) continue;  // back-edge
+        // entry edge: the block, or a block split off the edge that branches only to the header
+        if (!storesTag(pk, tag)) return `entry into loop %${h} from %${f.blocks[pk]!.label} does not set its tag`;
+      }
+      for (const pk of preds.get(mk) ?? []) {
+        if (cancelExits.has(`${f.blocks[pk]!.label}>${m}`)) continue;
+        if (!storesTag(pk)) return `exit of loop %${h} from %${f.blocks[pk]!.label} does not restore the tag`;
+      }
+    }
+  }
+  return null;
+}
+
+// ---- the fuzz loop --------------------------------------------------------------------------------
+
+export interface FuzzStats {
+  iterations: number;
+  accepted: number;
+  byReason: Record<string, number>;
+  byMutation: Record<string, { runs: number; accepted: number }>;
+  validatorPassedInputs: number;  // inputs that certainly passed the validator (accepted, or refused by the analysis)
+  findings: { iteration: number; problem: string; mutations: string[] }[];
+  ms: number;
+}
+
+// Reasons only the analysis after validation gives (INSTRUCTION comes from both sides: not counted).
+const PAST_VALIDATOR = new Set<number>([R.OK, R.ENTRY_POINT, R.BINDING, R.PUSH_CONSTANTS, R.WORKGROUP_SIZE, R.SHARED_MEMORY, R.LOOP_FORM]);
+const REASON_NAME = Object.fromEntries(Object.entries(R).map(([k, v]) => [v, k]));
+
+function limitsFor(r: Prng): Limits {
+  const l = { ...LIMITS, maxWgSize: [...LIMITS.maxWgSize] as [number, number, number] };
+  l.loopLimit = r.chance(0.5) ? 65535 : r.chance(0.2) ? 1 + r.int(100) : 0;
+  if (r.chance(0.2)) l.features = r.int(128);
+  if (r.chance(0.1)) l.maxSharedBytes = r.int(40000);
+  if (r.chance(0.1)) l.maxPushBytes = r.int(256);
+  if (r.chance(0.1)) l.maxBindings = r.int(20);
+  if (r.chance(0.1)) l.maxWgInvocations = 1 + r.int(2048);
+  if (r.chance(0.1)) l.subgroupSize = r.pick([1, 4, 8, 32, 64]);
+  return l;
+}
+
+export function fuzz(
+  seeds: readonly Uint32Array[],
+  opts: { iterations: number; seed: number; onProgress?: (i: number, s: FuzzStats) => void; progressEvery?: number },
+): FuzzStats {
+  const stats: FuzzStats = {
+    iterations: 0, accepted: 0, byReason: {}, byMutation: {}, validatorPassedInputs: 0, findings: [], ms: 0,
+  };
+  for (const m of MUTATION_NAMES) stats.byMutation[m] = { runs: 0, accepted: 0 };
+  const t0 = performance.now();
+  for (let it = 0; it < opts.iterations; it++) {
+    const r = new Prng((opts.seed ^ Math.imul(it + 1, 0x9e3779b1)) >>> 0);
+    let w = r.pick(seeds);
+    const applied: string[] = [];
+    const n = 1 + (r.chance(0.3) ? r.int(4) : 0);
+    for (let k = 0; k < n; k++) {
+      const name = r.pick(MUTATION_NAMES);
+      applied.push(name);
+      w = MUTATIONS[name]!(r, w, seeds);
+    }
+    const lim = limitsFor(r);
+    const entry = r.chance(0.9) ? 0 : r.int(3);
+    const spec = r.chance(0.2) ? new Uint32Array([0, 1 + r.int(64), 1, 1 + r.int(16), 2, r.int(64)]) : new Uint32Array(0);
+    const res: Prepared = native.programPrepare(w, entry, spec, lim);
+    const problem = check(res, w, entry, lim);
+    const name = REASON_NAME[res.reason] ?? `reason${res.reason}`;
+    stats.byReason[name] = (stats.byReason[name] ?? 0) + 1;
+    if (PAST_VALIDATOR.has(res.reason)) stats.validatorPassedInputs++;
+    for (const m of new Set(applied)) {
+      stats.byMutation[m]!.runs++;
+      if (res.reason === 0) stats.byMutation[m]!.accepted++;
+    }
+    if (res.reason === 0) stats.accepted++;
+    let p = problem;
+    if (!p && it % 97 === 0) {
+      const again = native.programPrepare(w, entry, spec, lim);
+      if (again.reason !== res.reason || again.message !== res.message ||
+          (res.words && (!again.words || Buffer.compare(Buffer.from(res.words.buffer), Buffer.from(again.words.buffer)) !== 0)))
+        p = 'not deterministic';
+    }
+    if (p && stats.findings.length < 50) stats.findings.push({ iteration: it, problem: p, mutations: applied });
+    stats.iterations = it + 1;
+    if (opts.onProgress && (it + 1) % (opts.progressEvery ?? 10000) === 0) opts.onProgress(it + 1, stats);
+  }
+  stats.ms = performance.now() - t0;
+  return stats;
+}
+
+function check(res: Prepared, input: Uint32Array, entry: number, lim: Limits): string | null {
+  if (typeof res !== 'object' || typeof res.reason !== 'number' || typeof res.message !== 'string') return 'malformed result';
+  if (res.reason < 0 || res.reason > 17) return `unknown reason ${res.reason}`;
+  if (res.message.includes('device bug')) return `rewrite invalid: ${res.message}`;
+  if (res.reason !== 0) {
+    if (res.words || res.entry) return 'refusal with words';
+    if (!res.message) return 'refusal without a message';
+    return null;
+  }
+  if (!res.words || !res.entry) return 'accepted without words/entry';
+  const v = native.programValidate(res.words);
+  if (v !== null) return `rewritten words fail validation: ${v}`;
+  const e = res.entry;
+  const inv = e.wg[0] * e.wg[1] * e.wg[2];
+  if (e.wg.some((x, k) => x < 1 || x > lim.maxWgSize[k]!) || inv > lim.maxWgInvocations) return `workgroup ${e.wg} over limits`;
+  if (e.sharedBytes > lim.maxSharedBytes) return 'shared over limit';
+  if (e.pushBytes > lim.maxPushBytes) return 'push constants over limit';
+  for (let k = 0; k < e.bindings.length; k++) {
+    const b = e.bindings[k]!;
+    if (b.binding >= lim.maxBindings || (k > 0 && b.binding <= e.bindings[k - 1]!.binding)) return 'bad bindings';
+  }
+  const s = verifyRewrite(res.words, { loopLimit: lim.loopLimit, entryIndex: entry });
+  if (s) return `structure: ${s}`;
+  if (res.words.length < input.length) return 'rewritten module shorter than the input';
+  return null;
+}

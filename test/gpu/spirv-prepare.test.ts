@@ -1,0 +1,202 @@
+// The SPIR-V front end on modules it must accept: every loop shape at every SPIR-V target, with
+// and without loop-cut detection, rewritten into modules that SPIRV-Tools (addon and spirv-val
+// command line) accepts and whose structure verifyRewrite checks independently; the interface
+// it reports; specialization; entry points.
+import { beforeAll, describe, expect, it } from 'vitest';
+import { native } from '../../src/native.ts';
+import { verifyRewrite } from './spirv-fuzz.ts';
+import {
+  ASM, GLSL, LIMITS, R, assemble, buildSeeds, compileGlsl, disassemble, optimize, prepare, spirvVal,
+} from './spirv-helpers.ts';
+
+const LAVAPIPE_CAP = 65535;
+
+let seeds: { name: string; words: Uint32Array }[] = [];
+beforeAll(() => {
+  seeds = buildSeeds();
+}, 900_000);
+
+function accepted(words: Uint32Array, opts: Parameters<typeof prepare>[1] = {}) {
+  const r = prepare(words, opts);
+  expect(r.message).toBe('');
+  expect(r.reason).toBe(R.OK);
+  return { entry: r.entry!, words: r.words! };
+}
+
+describe('programPrepare: accepted modules', () => {
+  it('accepts every seed; the rewrite validates and carries the checks, with and without detection', () => {
+    expect(seeds.length).toBeGreaterThan(60);
+    const cliChecked = new Set<string>();
+    for (const s of seeds) {
+      for (const loopLimit of [0, LAVAPIPE_CAP]) {
+        const r = prepare(s.words, { limits: { loopLimit } });
+        expect(`${s.name}: ${r.reason} ${r.message}`).toBe(`${s.name}: 0 `);
+        expect(native.programValidate(r.words!), s.name).toBeNull();
+        expect(verifyRewrite(r.words!, { loopLimit, entryIndex: 0 }), s.name).toBeNull();
+        // The command-line validator too, once per source family and mode (it is slow to start).
+        const family = `${s.name.split('@')[0]}:${loopLimit}`;
+        if (!cliChecked.has(family)) {
+          cliChecked.add(family);
+          const v = spirvVal(r.words!);
+          expect(v.out, s.name).toBe('');
+          expect(v.ok).toBe(true);
+        }
+      }
+    }
+  });
+
+  it('the structural check notices what is missing (negative controls)', () => {
+    const src = compileGlsl(GLSL.nested!, 'vulkan1.1');
+    expect(verifyRewrite(src, { loopLimit: 0, entryIndex: 0 })).toMatch(/control variable/);
+    const plain = accepted(src).words;
+    expect(verifyRewrite(plain, { loopLimit: 0, entryIndex: 0 })).toBeNull();
+    expect(verifyRewrite(plain, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toMatch(/tag/);
+    // Point every access to control.cancel at control.status instead: no cycle is cut any more.
+    const broken = plain.slice();
+    let control = -1, one = -1;
+    const zero = new Set<number>();
+    for (let off = 5; off < broken.length; off += broken[off]! >>> 16) {
+      const op = broken[off]! & 0xffff;
+      if (op === 71 && broken[off + 2] === 34 && broken[off + 3] === 1) control = broken[off + 1]!;  // DescriptorSet 1
+      if (op === 43 && broken[off + 3] === 0) zero.add(broken[off + 2]!);
+      if (op === 43 && broken[off + 3] === 1) one = broken[off + 2]!;
+    }
+    let patched = 0;
+    for (let off = 5; off < broken.length; off += broken[off]! >>> 16)
+      if ((broken[off]! & 0xffff) === 65 && broken[off + 3] === control && zero.has(broken[off + 4]!)) {
+        broken[off + 4] = one;
+        patched++;
+      }
+    expect(patched).toBeGreaterThan(2);
+    expect(verifyRewrite(broken, { loopLimit: 0, entryIndex: 0 })).toMatch(/without the stop check/);
+  });
+
+  it('rewrites a back-edge into a conditional exit that reads the cancel word atomically', () => {
+    const { words } = accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.1'));
+    const text = disassemble(words);
+    expect(text).toMatch(/OpName %\w+ "vugpu_control"/);
+    expect(text).toMatch(/OpDecorate %\w+ DescriptorSet 1/);
+    expect(text).toMatch(/OpAtomicLoad/);
+    expect(text).toMatch(/OpAtomicUMax/);
+    expect(text).not.toMatch(/vugpu_loop_tag/);
+    const detect = disassemble(accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.1'), { limits: { loopLimit: LAVAPIPE_CAP } }).words);
+    expect(detect).toMatch(/OpName %\w+ "vugpu_loop_tag"/);
+    expect(detect).toMatch(/BuiltIn LocalInvocationIndex/);
+  });
+
+  it('adds 3 instructions per back-edge (4 for a do-while); detection adds none to a for loop', () => {
+    const check = String.raw`%(\w+) = OpAccessChain %\S+ %vugpu_control %uint_0\w*\s+%(\w+) = OpAtomicLoad %uint %\1 %\w+ %\w+\s+%(\w+) = OpIEqual %bool %\2 %\w+\s+`;
+    const text = (src: string, loopLimit: number) =>
+      disassemble(accepted(compileGlsl(src, 'vulkan1.1'), { limits: { loopLimit } }).words);
+    // for: …; cancel check; OpBranchConditional %ok %header %merge
+    const forBack = new RegExp(`${check}OpBranchConditional %\\3 %\\w+ %\\w+\n`);
+    expect(text(GLSL.forLoop!, 0)).toMatch(forBack);
+    expect(text(GLSL.forLoop!, LAVAPIPE_CAP)).toMatch(forBack);
+    // do-while: cond && ok
+    const doBack = new RegExp(`${check}%(\\w+) = OpLogicalAnd %bool %\\w+ %\\3\\s+OpBranchConditional %\\4 `);
+    expect(text(GLSL.doWhile!, 0)).toMatch(doBack);
+    // with detection a do-while's exit also selects the tag (3 more, every iteration)
+    const doDetect = new RegExp(`${check}%(\\w+) = OpLogicalAnd[^\\n]*\\s+%\\w+ = OpLoad[^\\n]*\\s+%(\\w+) = OpSelect[^\\n]*\\s+OpStore %\\w+ %\\5\\s+OpBranchConditional %\\4 `);
+    expect(text(GLSL.doWhile!, LAVAPIPE_CAP)).toMatch(doDetect);
+  });
+
+  it('reports bindings (NonWritable on the variable or all members), push-constant and shared sizes', () => {
+    for (const target of ['vulkan1.0', 'vulkan1.1', 'spirv1.5'] as const) {
+      const { entry } = accepted(compileGlsl(GLSL.pushAndBindings!, target));
+      expect(entry.name).toBe('main');
+      expect(entry.wg).toEqual([64, 1, 1]);
+      // uint n @0, float k @4, mat4 m @16 (stride 16), vec2 x[3] @80 (stride 8): 80 + 2·8 + 8
+      expect(entry.pushBytes).toBe(104);
+      expect(entry.bindings).toEqual([
+        { binding: 0, writable: false },  // readonly buffer
+        { binding: 1, writable: true },
+        { binding: 3, writable: false },  // every member readonly
+        { binding: 5, writable: true },   // writeonly is still written
+      ]);
+      // float tile[256] + vec3 pos[16] (vec3 array stride 16)
+      expect(accepted(compileGlsl(GLSL.shared!, target)).entry.sharedBytes).toBe(256 * 4 + 16 * 16);
+    }
+  });
+
+  it('specializes the workgroup size and shared arrays sized by spec constants', () => {
+    const words = compileGlsl(GLSL.specSize!, 'vulkan1.1');
+    let e = accepted(words).entry;
+    expect(e.wg).toEqual([1, 1, 1]);
+    expect(e.sharedBytes).toBe(1 * 4 + 16 * 4);  // tile[wg.x * wg.y] + extra[TILE]
+    e = accepted(words, { spec: [[0, 16], [1, 4], [2, 100]] }).entry;
+    expect(e.wg).toEqual([16, 4, 1]);
+    expect(e.sharedBytes).toBe(64 * 4 + 100 * 4);
+    expect(prepare(words, { spec: [[0, 2048]] }).reason).toBe(R.WORKGROUP_SIZE);
+    expect(prepare(words, { spec: [[0, 0]] }).reason).toBe(R.WORKGROUP_SIZE);
+    expect(prepare(words, { spec: [[0, 64], [1, 32]] }).reason).toBe(R.WORKGROUP_SIZE);  // 2048 invocations
+    expect(prepare(words, { spec: [[2, 9000]] }).reason).toBe(R.SHARED_MEMORY);
+    // The rewrite does not depend on the values (the backend passes them to Vulkan).
+    expect(accepted(words, { spec: [[0, 16]] }).words).toEqual(accepted(words).words);
+  });
+
+  it('picks the entry point by index among the GLCompute entry points, instrumenting shared helpers', () => {
+    const words = assemble(ASM.twoEntries!);
+    const first = accepted(words, { entry: 0, limits: { loopLimit: LAVAPIPE_CAP } });
+    expect(first.entry.name).toBe('first');
+    expect(first.entry.wg).toEqual([8, 1, 1]);
+    const second = accepted(words, { entry: 1, limits: { loopLimit: LAVAPIPE_CAP } });
+    expect(second.entry.name).toBe('second');
+    expect(second.entry.wg).toEqual([16, 4, 1]);
+    expect(verifyRewrite(second.words, { loopLimit: LAVAPIPE_CAP, entryIndex: 1 })).toBeNull();
+    expect(spirvVal(second.words).ok).toBe(true);
+    expect(prepare(words, { entry: 2 }).reason).toBe(R.ENTRY_POINT);
+  });
+
+  it('handles single-block loops, reversed back-edges, OpPhi merges and unreachable merges', () => {
+    for (const name of ['singleBlock', 'singleBlockInfinite', 'reversedBackEdge', 'phiMerge']) {
+      for (const loopLimit of [0, LAVAPIPE_CAP]) {
+        const { words } = accepted(assemble(ASM[name]!), { limits: { loopLimit } });
+        expect(spirvVal(words).ok, name).toBe(true);
+        expect(verifyRewrite(words, { loopLimit, entryIndex: 0 }), name).toBeNull();
+        const text = disassemble(words);
+        expect(text).not.toMatch(/OpUnreachable/);
+        if (name === 'phiMerge') expect(text).toMatch(/OpPhi %\w+ %\w+ %\w+ %\w+ %\w+/);  // + undef from the new exit
+      }
+    }
+    // spirv-opt output (SSA, merged blocks) of every shape
+    for (const src of [GLSL.nested!, GLSL.switchLoop!, GLSL.doWhile!]) {
+      const { words } = accepted(optimize(compileGlsl(src, 'vulkan1.1'), ['-O']), { limits: { loopLimit: LAVAPIPE_CAP } });
+      expect(spirvVal(words).ok).toBe(true);
+    }
+  });
+
+  it('keeps the SPIR-V version and spells the control block for it', () => {
+    const v10 = accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.0')).words;
+    expect(v10[1]).toBe(0x10000);
+    expect(disassemble(v10)).toMatch(/OpDecorate %\w+ BufferBlock/);  // SPIR-V 1.0: Uniform + BufferBlock
+    const v15 = accepted(compileGlsl(GLSL.forLoop!, 'spirv1.5'), { limits: { loopLimit: LAVAPIPE_CAP } }).words;
+    expect(v15[1]).toBe(0x10500);
+    // SPIR-V 1.4+: every global the entry point uses is in its interface, ours included
+    const ep = disassemble(v15).split('\n').find((l) => l.includes('OpEntryPoint'))!;
+    expect(ep.split(' %').length).toBeGreaterThan(6);
+  });
+
+  it('is deterministic, leaves its input alone, and never reads past a truncated module', () => {
+    const words = compileGlsl(GLSL.helpers!, 'vulkan1.1');
+    const copy = words.slice();
+    const a = accepted(words, { limits: { loopLimit: LAVAPIPE_CAP } }).words;
+    const b = accepted(words, { limits: { loopLimit: LAVAPIPE_CAP } }).words;
+    expect(a).toEqual(b);
+    expect(words).toEqual(copy);
+    for (let n = 0; n < words.length; n++) {
+      const r = prepare(words.subarray(0, n));
+      expect(r.reason === R.MODULE_SIZE || r.reason === R.INVALID, `length ${n}`).toBe(true);
+      expect(r.words).toBeUndefined();
+    }
+  });
+
+  it('accepts the limits object partially, or not at all, and checks argument types', () => {
+    const words = compileGlsl(GLSL.forLoop!, 'vulkan1.1');
+    expect(native.programPrepare(words, 0, new Uint32Array(0), {}).reason).toBe(R.OK);
+    expect(native.programPrepare(words, 0, new Uint32Array(0), { maxPushBytes: 2 }).reason).toBe(R.PUSH_CONSTANTS);
+    expect(() => native.programPrepare(new Uint8Array(8) as unknown as Uint32Array, 0, new Uint32Array(0), {})).toThrow(TypeError);
+    expect(() => native.programPrepare(words, 0, new Uint32Array(3), {})).toThrow(RangeError);
+    expect(() => native.programPrepare(words, 0, new Uint32Array(0), { maxWgSize: [1, 2] as never })).toThrow(TypeError);
+    expect(LIMITS.maxSharedBytes).toBe(32768);
+  });
+});
