@@ -9,6 +9,7 @@
 // Writes bench/results/engine.json and bench/results/engine.svg and prints a table.
 //   node bench/engine.ts        env: VUGPU_BENCH_GEMM_N (1024), VUGPU_BENCH_COPY_MIB (64,256),
 //                                    VUGPU_BENCH_NOPS (2000)
+//   node bench/engine.ts --engine vulkan [...]   the Vulkan engine instead: bench/engine-vulkan.ts
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -202,4 +203,8 @@ ${items}
 `;
 }
 
-await main();
+// --engine vulkan: the GPU engine's benchmark (bench/engine-vulkan.ts) instead.
+const ei = process.argv.indexOf('--engine');
+if (ei >= 0 && process.argv[ei + 1] === 'vulkan') await (await import('./engine-vulkan.ts')).main(process.argv.slice(2));
+else if (ei >= 0 && process.argv[ei + 1] !== 'cpu') throw new Error(`--engine takes cpu or vulkan, not ${process.argv[ei + 1]}`);
+else await main();

@@ -72,6 +72,9 @@ export interface VulkanDeviceInfo {
   robustStorageAlign: number; // bounds checks round a binding's length up to this (1 = exact)
   nullDescriptor: boolean;    // zero-length bindings allowed
   cancelWordDeviceLocal: boolean;
+  memory: 'import' | 'device'; // zero-copy host imports, or device-local copies per launch
+  transferQueues: number;     // dedicated copy queues (0: copies on the compute queue)
+  maxStorageRange: number;
 }
 
 export interface ProgramCompileJob {
@@ -89,6 +92,8 @@ export interface DispatchJob {
   lengths: number[];          // its exact byte length (the shader sees exactly this much)
   params?: Uint8Array;        // push constants (at least the entry's pushBytes)
   grid: [number, number, number];
+  builtin?: boolean;          // a built-in kernel: bindings up to the device's maxStorageBufferRange
+  panelRowBytes?: number[];   // built-ins: bytes of binding i per workgroup row (0 = whole), streamable
 }
 
 export interface ProgramInfo {
@@ -113,8 +118,18 @@ export interface VulkanAddon {
   vulkanOpen(opts?: { device?: string }): { ok: true; info: VulkanDeviceInfo } | { ok: false; error: string };
   /** Drop the device and every program slot (freed once running jobs end). */
   vulkanClose(): void;
-  /** Import counters since load (one import = one window's page range, per dispatch). */
-  vulkanStats(): { imports: number; importNs: number };
+  /** Counters since load: imports (new host imports; importHits = reuses of a cached one), the
+   * device-memory path's copies, streamed panels, device losses and rebuilds. */
+  vulkanStats(): {
+    imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
+    bounceBytes: number; panels: number; losses: number; rebuilds: number; generation: number; computeNs: number;
+  };
+  /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
+  vulkanSimulateLoss(): boolean;
+  /** Benchmark reference: a raw module run straight through Vulkan with pinned-memory transfers
+   * (copies in, one dispatch, writable buffers copied back; results land in the given buffers). */
+  vulkanDirectRun(job: { words: Uint32Array; buffers: ArrayBufferView[]; writable: boolean[]; push?: Uint8Array;
+    grid: [number, number, number]; reps?: number }): { wallNs: number[]; kernelNs: number[]; transferQueue: boolean };
   /** Queue a compile into a free slot (RangeError if in use). Completes 0, -EINVAL (refused or
    * compile failed: programInfo has the reason) or -ENODEV (no device open). */
   submitProgramCompile(job: ProgramCompileJob): number;

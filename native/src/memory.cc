@@ -11,6 +11,12 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+
+// The Vulkan backend caches host imports of ranges inside live windows (vulkan/staging.cc).
+namespace vugpu::vk {
+void NoteWindowMapped(uint64_t addr, uint64_t len);
+void NoteWindowUnmapped(uint64_t addr, uint64_t len);
+}  // namespace vugpu::vk
 #include <vector>
 
 #include "common.h"
@@ -312,6 +318,7 @@ Napi::Value MapWindow(const Napi::CallbackInfo& info) {
     while (id == 0 || g_windows.count(id));
     g_windows[id] = Window{base, size_t(total), reserved};
   }
+  vugpu::vk::NoteWindowMapped(uint64_t(uintptr_t(base)), total);
   Napi::Object res = Napi::Object::New(env);
   res.Set("id", Napi::Number::New(env, id));
   res.Set("address", Napi::BigInt::New(env, uint64_t(uintptr_t(base))));
@@ -344,6 +351,7 @@ Napi::Value UnmapWindow(const Napi::CallbackInfo& info) {
     g_windows.erase(it);
   }
   DropWindowView(w);
+  vugpu::vk::NoteWindowUnmapped(uint64_t(uintptr_t(w.addr)), w.len);
   munmap(w.addr, w.reserved);
   return env.Undefined();
 }

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import type { ChannelState } from './channel.ts';
 import type { JobResult } from './jobs.ts';
-import { BUILTIN_PROGRAMS, builtinSpvPath, type BuiltinPlan } from './program/builtins.ts';
+import { BUILTIN_PROGRAMS, SPIRV_DIR, builtinSpvPath, type BuiltinPlan } from './program/builtins.ts';
 import type { Program, ProgramBackend } from './programs.ts';
 import type { ClassContext } from './step.ts';
 
@@ -15,13 +15,14 @@ export const BUILTIN_OWNER = -1;
 const ECANCELED = 125;
 const EINVAL = 22;
 
-const modules = new Map<number, Uint32Array>();
+const modules = new Map<string, Uint32Array>();
 
-/** Kernel `id`'s SPIR-V words (read once); throws a readable error when the build lacks them. */
-export function builtinWords(id: number): Uint32Array {
-  let w = modules.get(id);
+/** Kernel `id`'s SPIR-V words (read once), or those of the plan's GPU form `spv` (a path under
+ * SPIRV_DIR); throws a readable error when the build lacks them. */
+export function builtinWords(id: number, spv?: string): Uint32Array {
+  let w = modules.get(spv ?? String(id));
   if (!w) {
-    const path = builtinSpvPath(id);
+    const path = spv ? new URL(spv, SPIRV_DIR).pathname : builtinSpvPath(id);
     let b: Buffer;
     try {
       b = fs.readFileSync(path);
@@ -29,12 +30,12 @@ export function builtinWords(id: number): Uint32Array {
       throw new Error(`built-in kernel ${BUILTIN_PROGRAMS[id]?.name ?? id}: ${path} is missing (run scripts/build-spirv.sh)`);
     }
     w = new Uint32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
-    modules.set(id, w);
+    modules.set(spv ?? String(id), w);
   }
   return w;
 }
 
-export const builtinKey = (id: number): string => `builtin:${id}`;
+export const builtinKey = (id: number, spv?: string): string => (spv ? `builtin:${id}:${spv}` : `builtin:${id}`);
 
 /** Windows of kernel `id` that must not overlap (the native kernels' -EINVAL). */
 export function overlapping(id: number, windows: bigint[], lengths: number[]): boolean {
@@ -85,7 +86,8 @@ export function runPlan(r: PlanRun, watchdogMs: number, done: (res: JobResult) =
     }
     const d = plan.dispatches[index]!;
     repeats++;
-    const id = r.backend.dispatch({ slot: r.program.slot, windows: r.windows, lengths: r.lengths, params: d.push, grid: d.grid }, watchdogMs, (res) => {
+    const job = { slot: r.program.slot, windows: r.windows, lengths: r.lengths, params: d.push, grid: d.grid, builtin: true, panelRowBytes: d.panelRowBytes };
+    const id = r.backend.dispatch(job, watchdogMs, (res) => {
       deviceNs += res.deviceNs;
       if (res.status !== 0 || res.timedOut) return finish(res);
       if (ch.job !== id) return finish({ status: -ECANCELED, deviceNs: 0, timedOut: false }); // stopped meanwhile

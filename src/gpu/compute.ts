@@ -237,7 +237,7 @@ function launchBuiltinProgram(cp: ClassContext, ch: ChannelState, flags: number,
   const resume = cp.waitProgram(ch);
   let prog: Program;
   try {
-    prog = cache.lookup(BUILTIN_OWNER, builtinKey(id), () => builtinWords(id), 0, NO_WORDS,
+    prog = cache.lookup(BUILTIN_OWNER, builtinKey(id, plan.spv), () => builtinWords(id, plan.spv), 0, NO_WORDS,
       (_p, compileNs) => resume(compileNs, () => launch(cp, ch, flags)));
   } catch (err) {
     cp.core.log.error({ kernel: id, err: (err as Error).message }, 'built-in program unavailable');

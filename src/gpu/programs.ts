@@ -58,6 +58,10 @@ export interface DispatchJob {
   /** Push constants. */
   params: Uint8Array;
   grid: [number, number, number];
+  /** Built-in kernels only (host code, never a guest's program): bind up to the device's range. */
+  builtin?: boolean;
+  /** Built-ins only: rows of workgroups the device-memory path may stream (BuiltinDispatch). */
+  panelRowBytes?: number[];
 }
 
 /** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */

@@ -5,6 +5,7 @@
 // thread, so a hostile module never reaches the driver unchecked and never blocks the JS thread.
 import { native, type VulkanDeviceInfo } from '../native.ts';
 import { jobPool, type JobResult } from './jobs.ts';
+import { useGpuVariants } from './program/builtins.ts';
 import { PROGRAM_ENVELOPE, type CompiledInfo, type DispatchJob, type ProgramBackend, type ProgramLimits } from './programs.ts';
 
 export interface VulkanDeviceSummary {
@@ -72,6 +73,9 @@ export class VulkanBackend implements ProgramBackend {
       throw new Error(`Vulkan is not usable: ${(err as Error).message}`);
     }
     if (!r.ok) throw new Error(r.error);
+    // Built-ins written for a GPU where the device is one (VUGPU_VK_GEMM=gpu|portable overrides).
+    const v = process.env.VUGPU_VK_GEMM;
+    useGpuVariants(v === 'gpu' ? true : v === 'portable' ? false : r.info.type !== 'cpu');
     jobPool.acquire(); // compile and dispatch jobs run on the shared pool
     return new VulkanBackend(r.info);
   }

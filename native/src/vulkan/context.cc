@@ -2,13 +2,19 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "vk.h"
 
 namespace vugpu::vk {
+
+void RegisterContext(Context* c);    // staging.cc
+void UnregisterContext(Context* c);
 
 namespace {
 
@@ -204,9 +210,16 @@ std::vector<DeviceSummary> ListDevices(std::string* why) {
 }
 
 Context::~Context() {
+  if (device && lost.load()) {
+    // A lost device may still run a dispatch that never ends, and destroying it then hangs
+    // (../shared/notes/vulkan.md): its objects are leaked, once per loss.
+    UnregisterContext(this);
+    return;
+  }
   if (device) {
-    // Only reached when no job holds the context: the queue is idle or the device is lost.
-    if (!lost.load()) fn.vkDeviceWaitIdle(device);
+    // Only reached when no job holds the context: the queue is idle.
+    fn.vkDeviceWaitIdle(device);
+    FreeCaches(*this);
     for (Lane* l : allLanes) {
       if (l->controlWords) fn.vkUnmapMemory(device, l->controlMem);
       fn.vkDestroyBuffer(device, l->control, nullptr);
@@ -214,10 +227,15 @@ Context::~Context() {
       fn.vkDestroyDescriptorPool(device, l->descPool, nullptr);
       fn.vkDestroyQueryPool(device, l->queries, nullptr);
       fn.vkDestroyFence(device, l->fence, nullptr);
+      fn.vkDestroySemaphore(device, l->upSem, nullptr);
+      fn.vkDestroySemaphore(device, l->compSem, nullptr);
+      if (l->xferPool != l->cmdPool) fn.vkDestroyCommandPool(device, l->xferPool, nullptr);
       fn.vkDestroyCommandPool(device, l->cmdPool, nullptr);
       delete l;
     }
     fn.vkDestroyDevice(device, nullptr);
+  } else {
+    UnregisterContext(this);
   }
   if (instance) ifn.vkDestroyInstance(instance, nullptr);
 }
@@ -435,20 +453,47 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
            s16.storagePushConstant16;
   }
 
+  // Timeline semaphores order the device-memory path's upload, compute and download queues.
+  const bool timeline = v12 && f12.timelineSemaphore;
+  if (timeline) e12.timelineSemaphore = VK_TRUE;
+
   uint32_t tsBits = 0;
   int fam = ComputeFamily(ifn, chosen, &tsBits);
-  float prio = 1.0f;
-  VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-  qci.queueFamilyIndex = uint32_t(fam);
-  qci.queueCount = 1;
-  qci.pQueuePriorities = &prio;
+  // A transfer-only family (a GPU's copy engines) for uploads and downloads: up to two queues,
+  // so host→device and device→host copies run at once (PCIe is full duplex).
+  int xfam = -1;
+  uint32_t xcount = 0;
+  {
+    uint32_t n = 0;
+    ifn.vkGetPhysicalDeviceQueueFamilyProperties(chosen, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> q(n);
+    ifn.vkGetPhysicalDeviceQueueFamilyProperties(chosen, &n, q.data());
+    for (uint32_t i = 0; i < n; i++) {
+      VkQueueFlags fl = q[i].queueFlags;
+      if ((fl & VK_QUEUE_TRANSFER_BIT) && !(fl & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)) &&
+          q[i].queueCount > 0 && int(i) != fam) {
+        xfam = int(i);
+        xcount = std::min<uint32_t>(2, q[i].queueCount);
+        break;
+      }
+    }
+  }
+  float prio[2] = {1.0f, 1.0f};
+  VkDeviceQueueCreateInfo qcis[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
+                                     {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
+  qcis[0].queueFamilyIndex = uint32_t(fam);
+  qcis[0].queueCount = 1;
+  qcis[0].pQueuePriorities = prio;
+  qcis[1].queueFamilyIndex = uint32_t(xfam);
+  qcis[1].queueCount = xcount;
+  qcis[1].pQueuePriorities = prio;
   std::vector<const char*> enable = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME,
                                      VK_EXT_ROBUSTNESS_2_EXTENSION_NAME};
   if (!v12 && haveDrv) enable.push_back(VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.pNext = &e2;
-  dci.queueCreateInfoCount = 1;
-  dci.pQueueCreateInfos = &qci;
+  dci.queueCreateInfoCount = xfam >= 0 ? 2 : 1;
+  dci.pQueueCreateInfos = qcis;
   dci.enabledExtensionCount = uint32_t(enable.size());
   dci.ppEnabledExtensionNames = enable.data();
   VkResult r = ifn.vkCreateDevice(chosen, &dci, nullptr, &ctx->device);
@@ -457,6 +502,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
     *err = std::string("vkCreateDevice(") + base.deviceName + "): " + ResultName(r);
     return nullptr;
   }
+  RegisterContext(ctx.get());
 #define X(n) ctx->fn.n = reinterpret_cast<PFN_##n>(ifn.vkGetDeviceProcAddr(ctx->device, #n));
   VUGPU_VK_DEVICE_FNS(X)
 #undef X
@@ -464,6 +510,20 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   VUGPU_VK_DEVICE_FNS(X)
 #undef X
   ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(fam), 0, &ctx->queue);
+  ctx->compQ = {ctx->queue, &ctx->queueMu};
+  ctx->upQ = ctx->downQ = ctx->compQ;
+  if (xfam >= 0) {
+    VkQueue q0 = VK_NULL_HANDLE, q1 = VK_NULL_HANDLE;
+    ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(xfam), 0, &q0);
+    ctx->upQ = {q0, &ctx->xferMu[0]};
+    ctx->downQ = ctx->upQ;
+    if (xcount > 1) {
+      ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(xfam), 1, &q1);
+      ctx->downQ = {q1, &ctx->xferMu[1]};
+    }
+  }
+  di.transferFamily = xfam >= 0 ? uint32_t(xfam) : uint32_t(fam);
+  di.transferQueues = xfam >= 0 ? xcount : 0;
 
   // The cancel word must be device-local where a running kernel does not see host memory
   // (NVIDIA, ../shared/notes/vulkan.md); plain host-coherent memory is the fallback.
@@ -481,6 +541,41 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
     return nullptr;
   }
   ctx->controlMemType = uint32_t(dl >= 0 ? dl : hv);
+  // Operands of the device-memory path: device-local memory the host cannot map (a GPU's own
+  // memory) before any device-local type; bounce buffers (when a window cannot be imported):
+  // host-cached system memory first.
+  {
+    int dev = -1, devAny = -1, bounce = -1, bounceAny = -1;
+    for (uint32_t i = 0; i < ctx->memProps.memoryTypeCount; i++) {
+      VkMemoryPropertyFlags f = ctx->memProps.memoryTypes[i].propertyFlags;
+      if (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) {
+        if (!(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && dev < 0) dev = int(i);
+        if (devAny < 0) devAny = int(i);
+      }
+      if ((f & coh) == coh) {
+        if ((f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) && !(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && bounce < 0)
+          bounce = int(i);
+        if (bounceAny < 0) bounceAny = int(i);
+      }
+    }
+    if (dev < 0) dev = devAny;
+    if (bounce < 0) bounce = bounceAny;
+    ctx->devMemType = dev >= 0 ? uint32_t(dev) : UINT32_MAX;
+    ctx->bounceMemType = bounce >= 0 ? uint32_t(bounce) : UINT32_MAX;
+  }
+  // The memory path (docs/architecture.md, "GPU memory"): a discrete GPU reads imported host
+  // memory over PCIe (H100: 71 GB/s against 2.6 TB/s from its own memory), so its kernels run
+  // on device-local copies; a CPU device (lavapipe) or an integrated GPU computes on host
+  // memory, zero-copy. VUGPU_VK_MEMORY=import|device overrides (measurement, tests).
+  {
+    const char* env = getenv("VUGPU_VK_MEMORY");
+    std::string mode = env ? env : "";
+    bool want = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    if (mode == "device") want = true;
+    else if (mode == "import") want = false;
+    di.staging = want && timeline && ctx->devMemType != UINT32_MAX;
+    di.memoryMode = di.staging ? "device" : "import";
+  }
 
   // ---- report ----
   di.name = base.deviceName;
@@ -536,8 +631,73 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   lim.features = feat;
   for (int i = 0; i < 3; i++) di.launch.maxGrid[i] = std::min(kEnvMaxGrid, L.maxComputeWorkGroupCount[i]);
   di.launch.maxBufferBytes = std::min<uint64_t>(kEnvMaxBufferBytes, L.maxStorageBufferRange);
+  di.maxStorageRange = L.maxStorageBufferRange;
   di.launch.bufferAlign = std::max<uint32_t>(kEnvBufferAlign, uint32_t(L.minStorageBufferOffsetAlignment));
+  static std::atomic<uint64_t> generations{0};
+  ctx->generation = ++generations;
+  ctx->wanted = want;
   return ctx;
+}
+
+namespace {
+std::mutex g_curMu;
+// Heap-held and never destroyed at exit: destroying a device with a runaway dispatch hangs.
+std::shared_ptr<Context>* g_cur = new std::shared_ptr<Context>();
+std::mutex g_rebuildMu;
+uint64_t g_lastRebuildNs = 0;
+}  // namespace
+
+std::shared_ptr<Context> CurrentContext() {
+  std::lock_guard<std::mutex> lk(g_curMu);
+  return *g_cur;
+}
+
+void SetCurrentContext(std::shared_ptr<Context> c) {
+  std::shared_ptr<Context> old;
+  {
+    std::lock_guard<std::mutex> lk(g_curMu);
+    old = std::move(*g_cur);
+    *g_cur = std::move(c);
+  }
+  // old is released here, outside the lock (its destructor may wait for the device).
+}
+
+int MarkLost(Context& c, const char* where) {
+  c.lost.store(true);
+  if (!c.lostLogged.exchange(true)) {
+    GetImportStats().losses++;
+    fprintf(stderr,
+            "vugpu: Vulkan device '%s' lost (%s): its queued and running launches fail with ENODEV "
+            "(channel error ENGINE_LOST); the device is being rebuilt\n",
+            c.info.name.c_str(), where);
+  }
+  return -ENODEV;
+}
+
+bool RebuildAfterLoss(const Context& lost) {
+  std::lock_guard<std::mutex> lk(g_rebuildMu);
+  std::shared_ptr<Context> cur = CurrentContext();
+  if (!cur) return false;                       // closed meanwhile
+  if (cur.get() != &lost && !cur->lost) return true;  // someone else rebuilt it
+  // After a failed attempt, one per second at most: a GPU that is really gone must not be
+  // reopened in a loop by every launch.
+  uint64_t now = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  if (g_lastRebuildNs && now - g_lastRebuildNs < 1'000'000'000ull) return false;
+  std::string err;
+  std::shared_ptr<Context> fresh = OpenContext(cur->wanted, &err);
+  if (!fresh) {
+    g_lastRebuildNs = now;
+    fprintf(stderr, "vugpu: Vulkan device rebuild failed: %s\n", err.c_str());
+    return false;
+  }
+  g_lastRebuildNs = 0;
+  GetImportStats().rebuilds++;
+  fprintf(stderr, "vugpu: Vulkan device '%s' rebuilt; programs compile again at their next launch\n",
+          fresh->info.name.c_str());
+  std::lock_guard<std::mutex> lk2(g_curMu);
+  if (g_cur->get() != cur.get()) return true;  // closed or replaced meanwhile: keep that
+  g_cur->swap(fresh);  // the lost one leaves with `fresh` after g_curMu is unlocked
+  return true;
 }
 
 }  // namespace vugpu::vk

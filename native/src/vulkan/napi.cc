@@ -4,6 +4,7 @@
 // Threads: everything here runs on a JS thread; compile/dispatch work runs in pool tasks that
 // hold the Program (and through it the Context) by shared_ptr.
 #include <cctype>
+#include <cstdlib>
 #include <cerrno>
 #include <mutex>
 #include <unordered_map>
@@ -22,12 +23,8 @@ constexpr size_t kMaxWindows = 64;
 constexpr size_t kMaxParamBytes = 4096;
 constexpr int64_t kMaxSlot = INT32_MAX;
 
-std::mutex g_mu;  // g_ctx and g_slots
-// Heap-held and never destroyed at exit: destroying a device with a runaway dispatch hangs.
-std::shared_ptr<Context>& Ctx() {
-  static auto* p = new std::shared_ptr<Context>();
-  return *p;
-}
+std::mutex g_mu;  // g_slots, and vulkanOpen/vulkanClose against each other
+std::shared_ptr<Context> Ctx() { return vk::CurrentContext(); }
 std::unordered_map<uint32_t, std::shared_ptr<Program>>& Slots() {
   static auto* p = new std::unordered_map<uint32_t, std::shared_ptr<Program>>();
   return *p;
@@ -76,6 +73,9 @@ Napi::Object InfoObject(Napi::Env env, const vk::DeviceInfo& di) {
   o.Set("robustStorageAlign", di.robustStorageAlign);
   o.Set("nullDescriptor", di.nullDescriptor);
   o.Set("cancelWordDeviceLocal", di.cancelWordDeviceLocal);
+  o.Set("memory", di.memoryMode);
+  o.Set("transferQueues", di.transferQueues);
+  o.Set("maxStorageRange", double(di.maxStorageRange));
   return o;
 }
 
@@ -124,7 +124,7 @@ Napi::Value VulkanOpen(const Napi::CallbackInfo& info) {
     }
   }
   std::lock_guard<std::mutex> lk(g_mu);
-  std::shared_ptr<Context>& ctx = Ctx();
+  std::shared_ptr<Context> ctx = Ctx();
   if (ctx) {
     auto lower = [](std::string s) {
       for (char& c : s) c = char(std::tolower(uint8_t(c)));
@@ -136,6 +136,7 @@ Napi::Value VulkanOpen(const Napi::CallbackInfo& info) {
   }
   std::string err;
   ctx = vk::OpenContext(want, &err);
+  if (ctx) vk::SetCurrentContext(ctx);
   return Result(env, ctx, err);
 }
 
@@ -144,7 +145,8 @@ Napi::Value VulkanClose(const Napi::CallbackInfo& info) {
   std::unordered_map<uint32_t, std::shared_ptr<Program>> progs;
   {
     std::lock_guard<std::mutex> lk(g_mu);
-    old.swap(Ctx());
+    old = Ctx();
+    vk::SetCurrentContext(nullptr);
     progs.swap(Slots());
   }
   // Destroyed here unless a job still holds them (then on the pool thread that ends last).
@@ -253,10 +255,9 @@ Napi::Value SubmitProgramCompile(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
 
-  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Context> ctx = Ctx();
   {
     std::lock_guard<std::mutex> lk(g_mu);
-    ctx = Ctx();
     if (Slots().count(uint32_t(slot))) {
       ThrowRangeError(env, "program slot %lld is in use (programRelease it first)", (long long)slot);
       return env.Undefined();
@@ -350,6 +351,28 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
     }
     in->params.assign(p, p + n);
   }
+  // Built-in kernels only (src/gpu/builtin-programs.ts): panel rows and the device's range.
+  Napi::Value bv = o.Get("builtin");
+  if (!bv.IsUndefined()) {
+    if (!bv.IsBoolean()) {
+      ThrowTypeError(env, "job.builtin must be a boolean");
+      return env.Undefined();
+    }
+    in->builtin = bv.As<Napi::Boolean>().Value();
+  }
+  Napi::Value rv = o.Get("panelRowBytes");
+  if (!rv.IsUndefined()) {
+    if (!rv.IsArray() || rv.As<Napi::Array>().Length() > w.Length()) {
+      ThrowTypeError(env, "job.panelRowBytes must be an array (at most one entry per window)");
+      return env.Undefined();
+    }
+    Napi::Array ra = rv.As<Napi::Array>();
+    for (uint32_t i = 0; i < ra.Length(); i++) {
+      int64_t v;
+      if (!ValueInt(env, ra.Get(i), "job.panelRowBytes[i]", 0, kMaxSafe, &v)) return env.Undefined();
+      in->panelRowBytes.push_back(uint64_t(v));
+    }
+  }
   Napi::Value gv = o.Get("grid");
   if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) {
     ThrowTypeError(env, "job.grid must be [x, y, z]");
@@ -371,7 +394,9 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
     }
     prog = it->second;
   }
-  int setup = prog->ctx ? 0 : -ENODEV;
+  std::shared_ptr<Context> cur = Ctx();
+  int setup = prog->ctx && cur ? 0 : -ENODEV;
+  in->generation = cur ? cur->generation : 0;
   PoolTask task = [prog, in](const std::atomic<bool>& cancel, uint64_t* ns) {
     return vk::DispatchProgram(*prog, *in, cancel, ns);
   };
@@ -442,7 +467,33 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("imports", double(s.count.load()));
   o.Set("importNs", double(s.ns.load()));
+  o.Set("importHits", double(s.cacheHits.load()));
+  o.Set("uploadBytes", double(s.uploadBytes.load()));
+  o.Set("downloadBytes", double(s.downloadBytes.load()));
+  o.Set("bounceBytes", double(s.bounceBytes.load()));
+  o.Set("panels", double(s.panels.load()));
+  o.Set("losses", double(s.losses.load()));
+  o.Set("rebuilds", double(s.rebuilds.load()));
+  o.Set("computeNs", double(s.computeNs.load()));
+  std::shared_ptr<Context> c = Ctx();
+  o.Set("generation", double(c ? c->generation : 0));
   return o;
+}
+
+// Test hook: behave as if the open device had returned VK_ERROR_DEVICE_LOST — launches queued or
+// running on it fail with -ENODEV — then rebuild it (synchronously). Only when
+// VUGPU_TEST_HOOKS=1 (tests), so a production server cannot be made to drop its work.
+Napi::Value VulkanSimulateLoss(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* hooks = getenv("VUGPU_TEST_HOOKS");
+  if (!hooks || std::string(hooks) != "1") {
+    ThrowRangeError(env, "vulkanSimulateLoss needs VUGPU_TEST_HOOKS=1");
+    return env.Undefined();
+  }
+  std::shared_ptr<Context> c = Ctx();
+  if (!c) return Napi::Boolean::New(env, false);
+  vk::MarkLost(*c, "simulated by a test hook");
+  return Napi::Boolean::New(env, vk::RebuildAfterLoss(*c));
 }
 
 }  // namespace
@@ -452,6 +503,8 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports) {
   exports.Set("vulkanOpen", Napi::Function::New(env, VulkanOpen, "vulkanOpen"));
   exports.Set("vulkanClose", Napi::Function::New(env, VulkanClose, "vulkanClose"));
   exports.Set("vulkanStats", Napi::Function::New(env, VulkanStats, "vulkanStats"));
+  exports.Set("vulkanSimulateLoss", Napi::Function::New(env, VulkanSimulateLoss, "vulkanSimulateLoss"));
+  exports.Set("vulkanDirectRun", Napi::Function::New(env, vk::DirectRunJs, "vulkanDirectRun"));
   exports.Set("submitProgramCompile",
               Napi::Function::New(env, SubmitProgramCompile, "submitProgramCompile"));
   exports.Set("submitDispatch", Napi::Function::New(env, SubmitDispatch, "submitDispatch"));

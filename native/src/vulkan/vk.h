@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,8 @@ namespace vugpu::vk {
   X(vkCreateShaderModule) X(vkDestroyShaderModule) X(vkCreateComputePipelines)                \
   X(vkDestroyPipeline) X(vkAllocateMemory) X(vkFreeMemory) X(vkMapMemory) X(vkUnmapMemory)    \
   X(vkCreateBuffer) X(vkDestroyBuffer) X(vkBindBufferMemory)                                  \
-  X(vkGetBufferMemoryRequirements) X(vkGetMemoryHostPointerPropertiesEXT)
+  X(vkGetBufferMemoryRequirements) X(vkGetMemoryHostPointerPropertiesEXT)                    \
+  X(vkCmdCopyBuffer) X(vkCmdDispatchBase) X(vkCreateSemaphore) X(vkDestroySemaphore)
 
 // Process-wide loader: global and instance-level entry points (one instance at a time holds
 // the instance table; device entry points live in the Context).
@@ -98,6 +100,34 @@ struct DeviceInfo {
   bool cancelWordDeviceLocal = false; // control block in DEVICE_LOCAL|HOST_VISIBLE memory
   bool cpuDevice = false;             // VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): never spin-wait
   uint32_t queueFamily = 0;
+  // Device-memory path (staging.cc): windows are copied into DEVICE_LOCAL buffers per launch
+  // instead of bound zero-copy. On for GPUs whose imported host memory is not device-local.
+  bool staging = false;
+  std::string memoryMode;             // "import" (zero-copy) or "device" (staged)
+  uint32_t transferFamily = 0;        // queue family of the upload/download queues
+  uint32_t transferQueues = 0;        // distinct transfer queues (0 = copies on the compute queue)
+  uint64_t maxStorageRange = 0;       // VkPhysicalDeviceLimits::maxStorageBufferRange
+};
+
+// A host range imported as device-visible memory (VK_EXT_external_memory_host), with a buffer
+// over all of it. Cached per Context while the range lies in an engine window (staging.cc).
+struct HostImport {
+  uint64_t start = 0, size = 0;
+  VkDeviceMemory mem = VK_NULL_HANDLE;
+  VkBuffer buf = VK_NULL_HANDLE;
+  uint32_t users = 0;     // dispatches using it now
+  bool cached = false;    // in Context::imports (else freed after its dispatch)
+  bool dead = false;      // its window was unmapped while in use: freed by the last user
+  uint64_t lastUse = 0;
+};
+
+// A pooled buffer of one memory type (device-local operands, or host-visible bounce buffers).
+struct PoolBuf {
+  uint64_t size = 0;
+  uint32_t memType = 0;
+  VkDeviceMemory mem = VK_NULL_HANDLE;
+  VkBuffer buf = VK_NULL_HANDLE;
+  void* map = nullptr;    // host-visible bounce buffers only
 };
 
 // Per-dispatch resources, reused: one lane is used by one job at a time.
@@ -110,6 +140,18 @@ struct Lane {
   VkBuffer control = VK_NULL_HANDLE;
   VkDeviceMemory controlMem = VK_NULL_HANDLE;
   volatile uint32_t* controlWords = nullptr;  // {cancel, status}, mapped persistently
+  // Device-memory path: one command buffer per panel and stage, timeline semaphores between the
+  // upload, compute and download queues (values only grow: lane->tl is the last one used).
+  VkCommandPool xferPool = VK_NULL_HANDLE;  // transfer family (== cmdPool without one)
+  std::vector<VkCommandBuffer> upCmd, compCmd, downCmd;
+  VkSemaphore upSem = VK_NULL_HANDLE, compSem = VK_NULL_HANDLE;
+  uint64_t tl = 0;
+};
+
+// The queues a dispatch submits to; they may all be one queue (then one mutex).
+struct QueueRef {
+  VkQueue queue = VK_NULL_HANDLE;
+  std::mutex* mu = nullptr;
 };
 
 struct Context {
@@ -129,11 +171,34 @@ struct Context {
   std::vector<Lane*> allLanes;  // lanes of abandoned (device-lost) jobs are not freed
   std::atomic<bool> lost{false};
   std::atomic<bool> lostLogged{false};
+  uint64_t generation = 0;  // which device build this is (rebuilt after VK_ERROR_DEVICE_LOST)
+  std::string wanted;       // the device name it was opened with (a rebuild opens the same)
+
+  // Device-memory path: the upload and download queues (== queue without a transfer family),
+  // memory types, the import cache and the buffer pools (staging.cc).
+  QueueRef compQ, upQ, downQ;
+  std::mutex xferMu[2];
+  uint32_t devMemType = UINT32_MAX, bounceMemType = UINT32_MAX;
+  std::mutex impMu;
+  std::vector<HostImport*> imports;  // cached imports (ranges inside engine windows)
+  uint64_t importClock = 0;
+  std::mutex poolMu;
+  std::vector<PoolBuf> pool;         // idle buffers
+  uint64_t poolBytes = 0;
 
   ~Context();
   Lane* AcquireLane(std::string* err);
   void ReleaseLane(Lane* l);
 };
+
+// The process's current device context (null before vulkanOpen / after vulkanClose).
+std::shared_ptr<Context> CurrentContext();
+void SetCurrentContext(std::shared_ptr<Context> c);
+// After a loss: open the same device again and make it current (at most one attempt per
+// second; false when it did not open). Programs recompile on it at their next launch.
+bool RebuildAfterLoss(const Context& lost);
+// Marks c lost and logs once (per device build); returns -ENODEV.
+int MarkLost(Context& c, const char* where);
 
 // Opens the device whose name contains `want` (case-insensitive; empty = prefer a GPU over a
 // CPU device, else the first with a compute queue). Null with *err on failure.
@@ -153,7 +218,12 @@ struct Program {
   VkDescriptorSetLayout set0 = VK_NULL_HANDLE, set1 = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkPipeline pipeline = VK_NULL_HANDLE;
+  // What it was compiled from: after a device rebuild it is compiled again on the new device
+  // (under objMu held exclusively; dispatches hold it shared while they use the objects).
+  std::shared_ptr<const struct CompileInput> source;
+  std::shared_mutex objMu;
   ~Program();
+  void DestroyObjects();
 };
 
 struct CompileInput {
@@ -171,6 +241,15 @@ struct DispatchInput {
   std::vector<uint64_t> lengths;
   std::vector<uint8_t> params;
   uint32_t grid[3] = {1, 1, 1};
+  // Built-in kernels only (never guest programs): bytes of binding i that one workgroup row
+  // (y) reads/writes, 0 = the whole binding. The device-memory path then streams panels of
+  // rows: uploads of panel p+1 and write-back of p-1 overlap the compute of panel p.
+  std::vector<uint64_t> panelRowBytes;
+  // Built-ins may bind up to the device's maxStorageBufferRange (guest programs: the envelope).
+  bool builtin = false;
+  // The context generation the job was queued under: a job queued before a device loss fails
+  // (-ENODEV) instead of running on the rebuilt device.
+  uint64_t generation = 0;
 };
 // Pool thread: runs one launch. Returns 0, -EINVAL, -ECANCELED, -ELOOP, -ENODEV or -ENOMEM;
 // *ns = device time from timestamps (wall time without them).
@@ -180,9 +259,37 @@ int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bo
 // Import cost, measured by the dispatch path (for the bench/test report).
 struct ImportStats {
   std::atomic<uint64_t> count{0}, ns{0};
+  std::atomic<uint64_t> cacheHits{0};
+  std::atomic<uint64_t> uploadBytes{0}, downloadBytes{0}, bounceBytes{0}, panels{0};
+  std::atomic<uint64_t> rebuilds{0}, losses{0};
+  std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
 };
+
+// Engine windows (native/src/memory.cc tells us): an import of a range inside a live window may
+// be cached; its unmapping drops every cached import over it, in every context.
+void NoteWindowMapped(uint64_t addr, uint64_t len);
+void NoteWindowUnmapped(uint64_t addr, uint64_t len);
+
+// ---- the device-memory path (staging.cc) ----
+// A host range the dispatch uses: imported (cached or per-dispatch), or a bounce buffer.
+VkResult AcquireImport(Context& c, uint64_t start, uint64_t size, HostImport** out);
+void ReleaseImport(Context& c, HostImport* imp);
+VkResult AcquirePoolBuf(Context& c, uint64_t size, bool hostVisible, PoolBuf* out);
+void ReleasePoolBuf(Context& c, PoolBuf& b);
+void FreeCaches(Context& c);
+// Sets up what the lane needs for the staged path (lazily, first staged dispatch).
+VkResult PrepareStagingLane(Context& c, Lane* l, size_t panels);
+VkResult CreateBufferRaw(Context& c, uint64_t size, VkBufferUsageFlags usage, bool concurrent, VkBuffer* out);
 ImportStats& GetImportStats();
 
 const char* ResultName(VkResult r);
+
+}  // namespace vugpu::vk
+
+#include <napi.h>
+namespace vugpu::vk {
+// vulkanDirectRun (direct.cc): the benchmark's reference — a raw module run straight through
+// Vulkan on the open device, with plain pinned-memory transfers, no engine.
+Napi::Value DirectRunJs(const Napi::CallbackInfo& info);
 
 }  // namespace vugpu::vk

@@ -28,6 +28,12 @@ export interface BuiltinDispatch {
   /** Push constants: the kernel's parameter layout, then the words this launch needs. */
   push: Uint8Array;
   /**
+   * The device-memory path may stream this launch in panels of workgroup rows (y): bytes of
+   * binding i that one row of workgroups reads or writes, 0 = the whole binding. Only where
+   * row r of workgroups touches exactly rows [r·b, (r+1)·b) of that binding (a GEMM's A and C).
+   */
+  panelRowBytes?: number[];
+  /**
    * Run this launch this many times in a row (default 1). The shader keeps its progress in its
    * buffers, so the repetitions are identical launches; surplus ones change nothing. Infinity:
    * until timeLimitNs (LOOP without an iteration count).
@@ -38,6 +44,8 @@ export interface BuiltinDispatch {
 export interface BuiltinPlan {
   /** In order, on the same bindings. Empty: nothing to compute (an empty launch succeeds). */
   dispatches: BuiltinDispatch[];
+  /** A GPU form other than the kernel's own module (path under SPIRV_DIR): see useGpuVariants. */
+  spv?: string;
   /**
    * LOOP's target_ns: stop after the launch during which this much time passed since the plan
    * started (the native kernel checks every 65,536 steps; a LOOP launch is ≤ 960,000 steps).
@@ -77,6 +85,23 @@ const WG = 256;  // elementwise workgroup width
 export const LOOP_CHUNK = 960_000;
 /** Depth of k one GEMM launch sums (gemm.glsl: one back-edge per 16). */
 const GEMM_K_SLICE = 16 * LOOP_BUDGET;
+/** Depth of k one launch of fmmul_gpu.comp sums (one back-edge per 16; a multiple of 16). */
+const GEMM_GPU_K_SLICE = 16 * LOOP_BUDGET;
+/** The GPU form of FMMUL (128×128 tiles, vec4 loads, 8×8 outputs per invocation). */
+export const FMMUL_GPU_SPV = 'native/shaders/builtins/fmmul_gpu.spv';
+
+/**
+ * Kernels written for a GPU (vulkan.ts turns this on when the program device is a GPU; the
+ * portable forms suit lavapipe, whose invocations are SIMD lanes of CPU threads). Process-wide:
+ * there is one program device per process. VUGPU_VK_GEMM=gpu|portable overrides.
+ */
+let gpuVariants = false;
+export function useGpuVariants(on: boolean): void {
+  gpuVariants = on;
+}
+export function gpuVariantsOn(): boolean {
+  return gpuVariants;
+}
 /** Inputs one BACKPROP_FORWARD launch sums (16 lanes, one back-edge per term each). */
 const BP_I_SLICE = 16 * LOOP_BUDGET;
 /** Edge ids one BFS expand launch walks (bfs.comp: ≤ 32 + 2·256 + window/256 back-edges). */
@@ -171,15 +196,19 @@ function planAdd(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null 
   return n < 0 ? null : elementwise(n * n, push(p, 4));
 }
 
-/** GEMM launches for an m×m tile grid summing k in [0, depth): slices of GEMM_K_SLICE. */
-function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number, i: number) => Uint8Array): BuiltinDispatch[] {
-  const tiles = Math.ceil(m / 64);
+/** GEMM launches for an m×m tile grid summing k in [0, depth): slices of `slice` (a tile of
+ * `tile` rows). `panels`: the panel rows of each launch (see BuiltinDispatch.panelRowBytes). */
+function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number, i: number) => Uint8Array,
+                      tile = 64, slice = GEMM_K_SLICE, panels?: number[]): BuiltinDispatch[] {
+  const tiles = Math.ceil(m / tile);
   const out: BuiltinDispatch[] = [];
   if (m === 0) return out;
   let k0 = 0;
   do {
-    const k1 = Math.min(depth, k0 + GEMM_K_SLICE);
-    out.push({ grid: [tiles, tiles, 1], push: pushFor(k0, k1, out.length) });
+    const k1 = Math.min(depth, k0 + slice);
+    const d: BuiltinDispatch = { grid: [tiles, tiles, 1], push: pushFor(k0, k1, out.length) };
+    if (panels) d.panelRowBytes = panels;
+    out.push(d);
     k0 = k1;
   } while (k0 < depth);
   return out;
@@ -188,8 +217,23 @@ function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number
 function planMul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null {
   const n = squareN(p, lengths);
   if (n < 0) return null;
-  // Later slices add into C (accumulate = 1); n = 0 launches nothing.
-  return { dispatches: gemmLaunches(n, n, (k0, k1, i) => push(p, 4, [k0, k1, i > 0 ? 1 : 0])) };
+  // Later slices add into C (accumulate = 1); n = 0 launches nothing. Workgroup row r reads
+  // rows [r·tile, (r+1)·tile) of A and writes those of C: panels of rows can stream.
+  const pushFor = (k0: number, k1: number, i: number) => push(p, 4, [k0, k1, i > 0 ? 1 : 0]);
+  return { dispatches: gemmLaunches(n, n, pushFor, 64, GEMM_K_SLICE, [64 * 4 * n, 0, 64 * 4 * n]) };
+}
+
+/** FMMUL: the GPU form where it applies (n % 4 == 0), else the portable one. */
+function planFmul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null {
+  const plan = planMul(p, lengths);
+  if (!plan || !gpuVariants) return plan;
+  const n = u32(p, 0);
+  if (n % 4 !== 0) return plan;
+  const pushFor = (k0: number, k1: number, i: number) => push(p, 4, [k0, k1, i > 0 ? 1 : 0]);
+  return {
+    spv: FMMUL_GPU_SPV,
+    dispatches: gemmLaunches(n, n, pushFor, 128, GEMM_GPU_K_SLICE, [128 * 4 * n, 0, 128 * 4 * n]),
+  };
 }
 
 function layerDims(p: Uint8Array): [number, number] | null {
@@ -362,7 +406,7 @@ const ROWS: Record<number, Row> = {
   [K.MADD]: { file: 'madd', minParams: 4, plan: planAdd },
   [K.FMADD]: { file: 'fmadd', minParams: 4, plan: planAdd },
   [K.MMUL]: { file: 'mmul', minParams: 4, noOverlap: [[2, 0], [2, 1]], plan: planMul },
-  [K.FMMUL]: { file: 'fmmul', minParams: 4, noOverlap: [[2, 0], [2, 1]], plan: planMul },
+  [K.FMMUL]: { file: 'fmmul', minParams: 4, noOverlap: [[2, 0], [2, 1]], plan: planFmul },
   [K.BACKPROP_FORWARD]: { file: 'backprop_forward', minParams: 8, noOverlap: [[2, 0], [2, 1]], plan: planBpForward },
   [K.BACKPROP_ADJUST]: {
     file: 'backprop_adjust', minParams: 16, noOverlap: [[2, 0], [2, 1], [2, 3], [3, 0], [3, 1]], plan: planBpAdjust,

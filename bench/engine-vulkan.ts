@@ -1,0 +1,385 @@
+// npm run bench:engine -- --engine vulkan: the Vulkan engine (a real GPU behind the virtual one)
+// against what the same work costs without virtualization. Per GEMM size, FMMUL launched through
+// the engine exactly as a guest's launch runs (host driver → pushbuffer → doorbell → command
+// processor → MMU → windows → the built-in's SPIR-V on the Vulkan device, operands copied in
+// and the result back → fence), with operands in VRAM and in system memory, against
+//   (a) the same SPIR-V run directly through Vulkan with the same transfers (pinned host memory
+//       → device-local, one dispatch, C back; native/src/vulkan/direct.cc) — goal ≥ 0.95×;
+//   (b) cuBLAS SGEMM, TF32 off, with pinned transfers (bench/cublas-sgemm.py's JSON, --cublas,
+//       where a CUDA host ran it first) — goal ≥ 1.0×;
+//   (c) the CPU engine (native FMMUL on the pool), same inputs, same run;
+// plus the engine's copies against the measured PCIe rates and the NOP launch→fence latency.
+// Every result is checked (sampled dot products in doubles; engine vs direct vs CPU engine).
+//   node bench/engine.ts --engine vulkan [--device NAME] [--sizes 1024,4096,8192] [--reps 5]
+//        [--where vram,sysmem] [--cublas FILE] [--out FILE] [--nops 2000]
+// Writes bench/results/engine-vulkan.json and .svg (or --out and its .svg). On a CPU device
+// (lavapipe) the sizes default to 128,256,512 so the bench runs anywhere.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { native } from '../src/native.ts';
+import { Engine } from '../src/gpu/engine.ts';
+import { HostDriver, type HostChannel, type GpuVm } from '../src/gpu/host-driver/driver.ts';
+import { K } from '../src/gpu/kernels.ts';
+import { TARGET_SYSMEM } from '../src/gpu/spec.ts';
+import { VulkanBackend } from '../src/gpu/vulkan.ts';
+import { builtinPlan, builtinSpvPath, SPIRV_DIR } from '../src/gpu/program/builtins.ts';
+import { repoRoot, quantile } from './lib/common.ts';
+
+interface Args {
+  device?: string;
+  sizes?: number[];
+  reps: number;
+  where: ('vram' | 'sysmem')[];
+  cublas?: string;
+  out: string;
+  nops: number;
+}
+
+function parse(argv: string[]): Args {
+  const a: Args = { reps: 5, where: ['vram', 'sysmem'], out: path.join(repoRoot, 'bench/results/engine-vulkan.json'), nops: 2000 };
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i]!, v = argv[i + 1];
+    const need = (): string => {
+      if (v === undefined) throw new Error(`${k} needs a value`);
+      i++;
+      return v;
+    };
+    if (k === '--engine') need();
+    else if (k === '--device') a.device = need();
+    else if (k === '--sizes') a.sizes = need().split(',').map(Number);
+    else if (k === '--reps') a.reps = Number(need());
+    else if (k === '--where') a.where = need().split(',') as Args['where'];
+    else if (k === '--cublas') a.cublas = need();
+    else if (k === '--out') a.out = path.resolve(need());
+    else if (k === '--nops') a.nops = Number(need());
+    else throw new Error(`unknown argument ${k}`);
+  }
+  return a;
+}
+
+const now = () => process.hrtime.bigint();
+const ms = (ns: bigint | number) => Number(ns) / 1e6;
+
+function stats(samplesMs: number[]) {
+  return { bestMs: Math.min(...samplesMs), medianMs: quantile(samplesMs, 0.5), samples: samplesMs.length };
+}
+
+const rate = (tflops: number) => (tflops >= 1 ? `${tflops.toFixed(2)} TFLOP/s` : `${(tflops * 1e3).toFixed(1)} GFLOP/s`);
+
+function paramsN(n: number): Uint8Array {
+  const p = new Uint8Array(4);
+  new DataView(p.buffer).setUint32(0, n, true);
+  return p;
+}
+
+/** Deterministic inputs in [-1, 1) (an LCG: fast enough for 64 Mi elements). */
+function fill(f: Float32Array, seed: number): void {
+  let s = seed >>> 0;
+  for (let i = 0; i < f.length; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    f[i] = s / 2147483648 - 1;
+  }
+}
+
+/** Sampled check: C[i][j] within 2e-4·Σ|a·b| + 2e-6 of the double dot product. Worst ratio. */
+function check(n: number, a: Float32Array, b: Float32Array, c: Float32Array, samples = 256): number {
+  let worst = 0;
+  let s = 12345;
+  for (let t = 0; t < samples; t++) {
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    const i = s % n;
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    const j = s % n;
+    let dot = 0, mag = 0;
+    for (let k = 0; k < n; k++) {
+      const p = a[i * n + k]! * b[k * n + j]!;
+      dot += p;
+      mag += Math.abs(p);
+    }
+    const r = Math.abs(c[i * n + j]! - dot) / (2e-4 * mag + 2e-6);
+    if (!(r <= worst)) worst = Number.isNaN(r) ? Infinity : r;
+  }
+  return worst;
+}
+
+/** Largest |x − y| / (1e-4·(|x| + |y|) + 1e-5) over all elements (GEMMs of one shader agree to rounding). */
+function agree(x: Float32Array, y: Float32Array): number {
+  let worst = 0;
+  for (let i = 0; i < x.length; i++) {
+    const r = Math.abs(x[i]! - y[i]!) / (1e-4 * (Math.abs(x[i]!) + Math.abs(y[i]!)) + 1e-5);
+    if (!(r <= worst)) worst = Number.isNaN(r) ? Infinity : r;
+  }
+  return worst;
+}
+
+interface Operands {
+  a: Float32Array;
+  b: Float32Array;
+  c: Float32Array;
+  bufs: { va: number; length: number }[];
+  free(): void;
+}
+
+function operands(drv: HostDriver, vm: GpuVm, n: number, where: 'vram' | 'sysmem'): Operands {
+  const bytes = 4 * n * n;
+  const views: Float32Array[] = [];
+  const bufs: { va: number; length: number }[] = [];
+  const frees: (() => void)[] = [];
+  for (let i = 0; i < 3; i++) {
+    if (where === 'vram') {
+      const v = drv.vramBuffer(vm, bytes, { large: true });
+      views.push(new Float32Array(v.u8.buffer, v.u8.byteOffset, n * n));
+      bufs.push({ va: v.va, length: bytes });
+      frees.push(() => drv.freeVram(v.addr, Math.ceil(bytes / (128 << 10)) * (128 << 10)));
+    } else {
+      const s = drv.allocSysmem(bytes);
+      const va = vm.map(s.bus, s.size, { target: TARGET_SYSMEM, large: true });
+      views.push(new Float32Array(s.u8.buffer, s.u8.byteOffset, n * n));
+      bufs.push({ va, length: bytes });
+      frees.push(() => drv.freeSysmem(s));
+    }
+  }
+  return { a: views[0]!, b: views[1]!, c: views[2]!, bufs, free: () => frees.forEach((f) => f()) };
+}
+
+async function timeLaunches(ch: HostChannel, kernel: number, bufs: { va: number; length: number }[], p: Uint8Array, reps: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const t0 = now();
+    await ch.launch(kernel, bufs, p);
+    out.push(ms(now() - t0));
+  }
+  return out;
+}
+
+async function nopLatency(ch: HostChannel, count: number) {
+  for (let i = 0; i < Math.min(200, count); i++) await ch.launch(K.NOP, []);
+  const lat: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t0 = now();
+    await ch.launch(K.NOP, []);
+    lat.push(Number(now() - t0) / 1e3);
+  }
+  return { launches: count, meanUs: lat.reduce((x, y) => x + y, 0) / count, p50Us: quantile(lat, 0.5), p99Us: quantile(lat, 0.99) };
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const args = parse(argv);
+  const backend = VulkanBackend.open(args.device);
+  const info = backend.deviceInfo;
+  const gpu = info.type !== 'cpu';
+  const sizes = args.sizes ?? (gpu ? [1024, 4096, 8192] : [128, 256, 512]);
+  const maxN = Math.max(...sizes);
+  const vramSize = Math.ceil((3 * 4 * maxN * maxN + (256 << 20)) / (1 << 30)) * (1 << 30);
+  console.log(`device: ${info.name} (${info.type}, ${info.driver} ${info.driverInfo}, Vulkan ${info.api}); memory path: ${info.memory}, transfer queues: ${info.transferQueues}`);
+  const cublas = args.cublas && fs.existsSync(args.cublas) ? JSON.parse(fs.readFileSync(args.cublas, 'utf8')) : null;
+  if (args.cublas && !cublas) console.log(`(no cuBLAS results at ${args.cublas}: column (b) stays empty)`);
+
+  const engine = new Engine({ vramSize, channels: 8, programs: backend, builtinsOnPrograms: true, watchdogMs: 120_000 });
+  const drv = new HostDriver(engine);
+  const ch = drv.createChannel();
+  const cpuEngine = new Engine({ vramSize, channels: 8, watchdogMs: 120_000 });
+  const cpuDrv = new HostDriver(cpuEngine);
+  const cpuCh = cpuDrv.createChannel();
+
+  const rows: Record<string, unknown>[] = [];
+  for (const n of sizes) {
+    const flop = 2 * n ** 3;
+    const tf = (m: number) => flop / (m / 1e3) / 1e12;
+    const p = paramsN(n);
+    const reps = n >= 8192 ? Math.max(3, Math.min(args.reps, 5)) : args.reps;
+    const row: Record<string, unknown> = { n };
+    let ref: { a: Float32Array; b: Float32Array; c: Float32Array } | null = null;
+    const plan = builtinPlan(K.FMMUL, p, [4 * n * n, 4 * n * n, 4 * n * n])!;
+    row.shader = plan.spv ?? builtinSpvPath(K.FMMUL).replace(/^.*build\/spirv\//, '');
+    row.launchesPerGemm = plan.dispatches.length;
+    for (const where of args.where) {
+      const o = operands(drv, ch.vm, n, where);
+      fill(o.a, n);
+      fill(o.b, n + 1);
+      o.c.fill(NaN);
+      const tw = now();
+      await ch.launch(K.FMMUL, o.bufs, p);  // first launch: compile, imports, device buffers
+      const firstMs = ms(now() - tw);
+      const s0 = native.vulkanStats();
+      const t = await timeLaunches(ch, K.FMMUL, o.bufs, p, reps);
+      const s1 = native.vulkanStats();
+      const worst = check(n, o.a, o.b, o.c);
+      if (!(worst <= 1)) throw new Error(`engine FMMUL ${n} (${where}) is wrong: error ${worst} × tolerance`);
+      const st = stats(t);
+      row[where] = {
+        ...st, tflops: tf(st.bestMs), medianTflops: tf(st.medianMs), firstLaunchMs: firstMs, checkWorst: worst,
+        perLaunch: {
+          uploadMiB: (s1.uploadBytes - s0.uploadBytes) / reps / 2 ** 20,
+          downloadMiB: (s1.downloadBytes - s0.downloadBytes) / reps / 2 ** 20,
+          newImports: (s1.imports - s0.imports) / reps, importMs: (s1.importNs - s0.importNs) / reps / 1e6,
+          importHits: (s1.importHits - s0.importHits) / reps, panels: (s1.panels - s0.panels) / reps,
+          bounceMiB: (s1.bounceBytes - s0.bounceBytes) / reps / 2 ** 20,
+          // The rewritten module's dispatch (timestamps): against direct.kernelBestMs, the cost
+          // of the loop rewrite's cancel checks.
+          kernelMs: (s1.computeNs - s0.computeNs) / reps / 1e6,
+        },
+      };
+      console.log(`GEMM ${n}³ engine (${where}): ${st.bestMs.toFixed(2)} ms best, ${rate(tf(st.bestMs))} (first launch ${firstMs.toFixed(1)} ms; dispatch ${((s1.computeNs - s0.computeNs) / reps / 1e6).toFixed(2)} ms)`);
+      // The streaming choice, measured: panels of at least W workgroups (default 512); a W
+      // larger than the grid means one panel (copy all, compute, copy back on the copy queues).
+      if (where === 'vram' && info.memory === 'device' && n >= 2048) {
+        const sweep: Record<string, number> = {};
+        const saved = process.env.VUGPU_VK_PANEL_WORKGROUPS;
+        for (const w of [128, 256, 1024, 1 << 30]) {
+          process.env.VUGPU_VK_PANEL_WORKGROUPS = String(w);
+          const p0 = native.vulkanStats().panels;
+          const best = Math.min(...await timeLaunches(ch, K.FMMUL, o.bufs, p, 3));
+          sweep[w === 1 << 30 ? 'onePanel' : `minWorkgroups${w}`] = best;
+          console.log(`  panels of ≥ ${w === 1 << 30 ? 'all' : w} workgroups: ${best.toFixed(2)} ms (${(native.vulkanStats().panels - p0) / 3} panels)`);
+        }
+        if (saved === undefined) delete process.env.VUGPU_VK_PANEL_WORKGROUPS;
+        else process.env.VUGPU_VK_PANEL_WORKGROUPS = saved;
+        (row[where] as Record<string, unknown>).panelSweepBestMs = sweep;
+      }
+      // Small launches: copies on the compute queue in one command buffer (default up to 32 MiB)
+      // against the copy queues with semaphores.
+      if (where === 'vram' && info.memory === 'device' && n <= 2048 && info.transferQueues > 0) {
+        const sweep: Record<string, number> = {};
+        const saved = process.env.VUGPU_VK_ONE_QUEUE_BYTES;
+        for (const [name, v] of [['copyQueues', '1'], ['computeQueue', String(1 << 30)]] as const) {
+          process.env.VUGPU_VK_ONE_QUEUE_BYTES = v;
+          sweep[name] = Math.min(...await timeLaunches(ch, K.FMMUL, o.bufs, p, Math.max(5, reps)));
+          console.log(`  copies on the ${name === 'copyQueues' ? 'copy queues' : 'compute queue'}: ${sweep[name]!.toFixed(3)} ms`);
+        }
+        if (saved === undefined) delete process.env.VUGPU_VK_ONE_QUEUE_BYTES;
+        else process.env.VUGPU_VK_ONE_QUEUE_BYTES = saved;
+        (row[where] as Record<string, unknown>).queueSweepBestMs = sweep;
+      }
+      if (!ref) ref = { a: o.a.slice(), b: o.b.slice(), c: o.c.slice() };
+      o.free();
+    }
+    if (!ref) continue;
+
+    // (a) The same SPIR-V straight through Vulkan, same transfers (the plan's one launch).
+    if (plan.dispatches.length === 1) {
+      const d = plan.dispatches[0]!;
+      const bytes = fs.readFileSync(plan.spv ? new URL(plan.spv, SPIRV_DIR).pathname : builtinSpvPath(K.FMMUL));
+      const words = new Uint32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+      const dc = new Float32Array(n * n).fill(NaN);
+      const r = native.vulkanDirectRun({ words, buffers: [ref.a, ref.b, dc], writable: [false, false, true], push: d.push, grid: d.grid, reps: reps + 1 });
+      const wall = r.wallNs.slice(1).map((x) => x / 1e6), kern = r.kernelNs.slice(1).map((x) => x / 1e6);
+      const agreeDirect = agree(ref.c, dc);
+      if (!(agreeDirect <= 1)) throw new Error(`direct Vulkan FMMUL ${n} disagrees with the engine: ${agreeDirect}`);
+      const st = stats(wall);
+      row.direct = {
+        ...st, tflops: tf(st.bestMs), transferQueue: r.transferQueue, agreeWorst: agreeDirect,
+        kernelBestMs: kern.length ? Math.min(...kern) : null, kernelTflops: kern.length ? tf(Math.min(...kern)) : null,
+      };
+      console.log(`GEMM ${n}³ direct Vulkan: ${st.bestMs.toFixed(2)} ms, ${rate(tf(st.bestMs))}; kernel only ${kern.length ? rate(tf(Math.min(...kern))) : '?'}`);
+      // The portable shader (fmmul.comp) on the same path, kernel time: what the GPU form buys.
+      if (plan.spv && gpu) {
+        const pp = new Uint8Array(16);
+        new DataView(pp.buffer).setUint32(0, n, true);
+        new DataView(pp.buffer).setUint32(8, n, true);
+        const pb = fs.readFileSync(builtinSpvPath(K.FMMUL));
+        const pw = new Uint32Array(pb.buffer.slice(pb.byteOffset, pb.byteOffset + pb.byteLength));
+        const t = Math.ceil(n / 64);
+        const pr = native.vulkanDirectRun({ words: pw, buffers: [ref.a, ref.b, dc], writable: [false, false, true], push: pp, grid: [t, t, 1], reps: 3 });
+        const pk = pr.kernelNs.slice(1).map((x) => x / 1e6);
+        if (pk.length) row.directPortableKernel = { bestMs: Math.min(...pk), tflops: tf(Math.min(...pk)) };
+        if (pk.length) console.log(`GEMM ${n}³ portable shader (fmmul.comp), kernel only: ${rate(tf(Math.min(...pk)))}`);
+      }
+    }
+
+    // (c) The CPU engine on the same inputs.
+    {
+      const o = operands(cpuDrv, cpuCh.vm, n, 'vram');
+      o.a.set(ref.a);
+      o.b.set(ref.b);
+      // Large sizes take seconds to minutes on the CPU: one timed launch, no warm-up.
+      if (n < 4096) await cpuCh.launch(K.FMMUL, o.bufs, p);
+      const t = await timeLaunches(cpuCh, K.FMMUL, o.bufs, p, n >= 4096 ? 1 : reps);
+      const ag = agree(ref.c, o.c);
+      const worst = check(n, ref.a, ref.b, o.c);
+      const st = stats(t);
+      row.cpuEngine = { ...st, tflops: tf(st.bestMs), checkWorst: worst, agreeWithGpu: ag };
+      console.log(`GEMM ${n}³ CPU engine: ${st.bestMs.toFixed(1)} ms, ${rate(tf(st.bestMs))}`);
+      o.free();
+    }
+    const cb = cublas?.sizes?.find((x: { n: number }) => x.n === n);
+    if (cb) row.cublas = cb;
+
+    // Ratios (best times) and the copies against PCIe.
+    const eng = (row.vram ?? row.sysmem) as { bestMs: number; perLaunch: { uploadMiB: number; downloadMiB: number } };
+    const dir = row.direct as { bestMs: number; kernelBestMs: number | null } | undefined;
+    row.ratios = {
+      engineVsDirect: dir ? dir.bestMs / eng.bestMs : null,
+      engineVsCublasWithTransfers: cb ? cb.withTransfersMs / eng.bestMs : null,
+      engineVsCpuEngine: (row.cpuEngine as { bestMs: number }).bestMs / eng.bestMs,
+    };
+    if (cublas?.pinnedH2DGBs) {
+      const up = eng.perLaunch.uploadMiB * 2 ** 20, down = eng.perLaunch.downloadMiB * 2 ** 20;
+      const xfer = (up / cublas.pinnedH2DGBs + down / cublas.pinnedD2HGBs) / 1e6;
+      row.transfers = {
+        atPcieMs: xfer, pcieH2DGBs: cublas.pinnedH2DGBs, pcieD2HGBs: cublas.pinnedD2HGBs,
+        // What the engine's time would be with copies, then compute (no overlap) and with perfect overlap.
+        serialMs: dir?.kernelBestMs != null ? dir.kernelBestMs + xfer : null,
+        overlappedMs: dir?.kernelBestMs != null ? Math.max(dir.kernelBestMs, xfer) : null,
+      };
+    }
+    rows.push(row);
+  }
+
+  const nop = await nopLatency(ch, args.nops);
+  const cpuNop = await nopLatency(cpuCh, args.nops);
+  console.log(`NOP launch→fence: Vulkan engine p50 ${nop.p50Us.toFixed(1)} µs (p99 ${nop.p99Us.toFixed(1)}); CPU engine p50 ${cpuNop.p50Us.toFixed(1)} µs`);
+  const vs = native.vulkanStats();
+  drv.close();
+  engine.close();
+  cpuDrv.close();
+  cpuEngine.close();
+  backend.close();
+
+  const result = {
+    date: new Date().toISOString(),
+    device: { name: info.name, type: info.type, driver: `${info.driver} ${info.driverInfo}`.trim(), api: info.api,
+      memory: info.memory, transferQueues: info.transferQueues },
+    host: { cpus: os.cpus().length, model: os.cpus()[0]?.model ?? '?', node: process.version, openblas: native.haveOpenBlas() },
+    cublas: cublas ? { device: cublas.device, torch: cublas.torch, cuda: cublas.cuda, allowTf32: cublas.allow_tf32 } : null,
+    env: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('VUGPU_'))),
+    gemm: rows,
+    nop: { vulkan: nop, cpu: cpuNop },
+    importTotals: { imports: vs.imports, importMs: vs.importNs / 1e6, hits: vs.importHits },
+    goals: { engineVsDirect: 0.95, engineVsCublasWithTransfers: 1.0 },
+  };
+  fs.mkdirSync(path.dirname(args.out), { recursive: true });
+  fs.writeFileSync(args.out, JSON.stringify(result, null, 2) + '\n');
+  fs.writeFileSync(args.out.replace(/\.json$/, '') + '.svg', svg(result));
+  console.log(`results: ${args.out}`);
+}
+
+function svg(r: { device: { name: string }; gemm: Record<string, unknown>[]; nop: { vulkan: { p50Us: number } } }): string {
+  // Grouped bars: TFLOP/s per size for engine (VRAM), engine (sysmem), direct, cuBLAS with transfers, CPU engine.
+  const series: [string, string, (row: Record<string, unknown>) => number | undefined][] = [
+    ['engine, VRAM', '#2e7d32', (x) => (x.vram as { tflops?: number } | undefined)?.tflops],
+    ['engine, sysmem', '#81c784', (x) => (x.sysmem as { tflops?: number } | undefined)?.tflops],
+    ['direct Vulkan', '#1565c0', (x) => (x.direct as { tflops?: number } | undefined)?.tflops],
+    ['cuBLAS + transfers', '#ef6c00', (x) => (x.cublas as { withTransfersTflops?: number } | undefined)?.withTransfersTflops],
+    ['CPU engine', '#757575', (x) => (x.cpuEngine as { tflops?: number } | undefined)?.tflops],
+  ];
+  const vals = r.gemm.flatMap((row) => series.map((s) => s[2](row) ?? 0));
+  const max = Math.max(1e-9, ...vals);
+  const W = 640, H = 340, x0 = 60, y0 = 40, ph = 220, gw = (W - x0 - 20) / Math.max(1, r.gemm.length), bw = gw / (series.length + 1);
+  const bars = r.gemm.map((row, gi) => series.map(([, color, get], si) => {
+    const v = get(row) ?? 0;
+    const h = (v / max) * ph, x = x0 + gi * gw + si * bw + bw / 2, y = y0 + ph - h;
+    return `<rect x="${x.toFixed(1)}" y="${y.toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${h.toFixed(1)}" fill="${color}"/>` +
+      `<text x="${(x + bw * 0.45).toFixed(1)}" y="${(y - 3).toFixed(1)}" font-size="9" text-anchor="middle">${v >= 10 ? v.toFixed(1) : v.toFixed(2)}</text>`;
+  }).join('') + `<text x="${(x0 + gi * gw + gw / 2).toFixed(1)}" y="${y0 + ph + 16}" font-size="12" text-anchor="middle">${row.n}³</text>`).join('\n');
+  const legend = series.map(([name, color], i) => `<rect x="${x0 + i * 116}" y="${H - 30}" width="10" height="10" fill="${color}"/><text x="${x0 + i * 116 + 14}" y="${H - 21}" font-size="11">${name}</text>`).join('');
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">
+<text x="10" y="18" font-size="13" font-weight="bold">FMMUL TFLOP/s (launch→fence, transfers included) — ${r.device.name.replace(/[<&]/g, '')}</text>
+<text x="10" y="33" font-size="11">NOP launch→fence p50 ${r.nop.vulkan.p50Us.toFixed(1)} µs</text>
+<line x1="${x0}" x2="${W - 20}" y1="${y0 + ph}" y2="${y0 + ph}" stroke="#000"/>
+${bars}
+${legend}
+</svg>
+`;
+}
