@@ -42,6 +42,7 @@ struct bench_run {
 	int cur;               /* stage being timed, -1 = none */
 	vgResult err;          /* first runtime error */
 	char err_where[64];
+	char err_detail[256];  /* the runtime's description of the error (channel error code and name) */
 	int verified;          /* 1 verified, 0 mismatch, -1 not checked */
 	char detail[256];      /* verification / size description */
 	char size_desc[96];

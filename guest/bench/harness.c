@@ -59,6 +59,7 @@ int bench_fail(struct bench_run *r, vgResult e, const char *where)
 	if (!r->err) {
 		r->err = e;
 		snprintf(r->err_where, sizeof(r->err_where), "%s", where);
+		snprintf(r->err_detail, sizeof(r->err_detail), "%s", r->ctx ? vgGetErrorDetail(r->ctx) : "");
 	}
 	return -1;
 }
@@ -243,6 +244,8 @@ static int run_one(const struct bench *b, const struct bench_opts *o)
 	if (r.err) {
 		printf(",\"error\":\"%s\",\"where\":", vgGetErrorName(r.err));
 		json_str(r.err_where);
+		printf(",\"error_detail\":");
+		json_str(r.err_detail);
 	}
 	printf(",\"detail\":");
 	json_str(r.detail);
