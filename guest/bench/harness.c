@@ -286,6 +286,58 @@ static int check_fault(void)
 	return ok ? 0 : 1;
 }
 
+/*
+ * ENGINE_LOST recovery inside one context (hw-spec §8.2, issue 9): a LOOP kernel of `ms`
+ * milliseconds runs while the host restarts vugpu under the VM (VUGPU-PHASE "recover-armed" is
+ * its cue); the wait must fail with channel error 20, reported once; then the same context must
+ * run a LOOP launch again and get its exact result, without any help (the driver rebinds).
+ */
+static int check_recover(unsigned int ms)
+{
+	struct { uint64_t iterations, target_ns; uint32_t seed; } __attribute__((packed)) p;
+	const unsigned int grid[3] = { 1, 1, 1 };
+	vgContext ctx = NULL;
+	vgDevicePtr d;
+	unsigned char out[24];
+	uint64_t done = 0;
+	vgResult e1 = VG_ERROR_NOT_INITIALIZED, e2 = VG_ERROR_NOT_INITIALIZED, e3 = VG_ERROR_NOT_INITIALIZED;
+	char detail[320] = "";
+	vgBuffer b;
+	int ok;
+
+	if (!vgInit(0) && !vgCtxCreate(&ctx) && !vgMemAlloc(ctx, &d, sizeof(out))) {
+		b = (vgBuffer){ d, sizeof(out) };
+		memset(&p, 0, sizeof(p));
+		p.target_ns = (uint64_t)(ms ? ms : 6000) * 1000000ull;
+		p.seed = 1;
+		e1 = vgLaunch(ctx, VG_KERNEL_LOOP, grid, &p, sizeof(p), &b, 1);
+		printf("VUGPU-PHASE {\"phase\":\"recover-armed\"}\n");
+		fflush(stdout);
+		if (!e1)
+			e1 = vgSynchronize(ctx);
+		snprintf(detail, sizeof(detail), "%s", vgGetErrorDetail(ctx));
+		/* the same context, again: a short exact run */
+		p.target_ns = 0;
+		p.iterations = 100000;
+		e2 = vgLaunch(ctx, VG_KERNEL_LOOP, grid, &p, sizeof(p), &b, 1);
+		if (!e2)
+			e2 = vgSynchronize(ctx);
+		if (!e2)
+			e3 = vgMemcpyDtoH(ctx, out, d, sizeof(out));
+		memcpy(&done, out, 8);
+	}
+	if (ctx)
+		vgCtxDestroy(ctx);
+	ok = e1 != VG_SUCCESS && strstr(detail, "channel error 20 (ENGINE_LOST)") && e2 == VG_SUCCESS && e3 == VG_SUCCESS &&
+	     done == 100000;
+	printf("VUGPU-CHECK {\"check\":\"engine-lost-recovered\",\"ok\":%s,\"lost\":\"%s\",\"again\":\"%s\",\"copy\":\"%s\","
+	       "\"done\":%llu,\"detail\":",
+	       ok ? "true" : "false", vgGetErrorName(e1), vgGetErrorName(e2), vgGetErrorName(e3), (unsigned long long)done);
+	json_str(detail);
+	printf("}\n");
+	return ok ? 0 : 1;
+}
+
 /* Driver counters. kmod: straight from the device node, so no context of ours is counted. */
 static int show_info(void)
 {
@@ -321,7 +373,7 @@ static int usage(void)
 {
 	size_t i;
 
-	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|info [--size N] [--iters N] [--mb N] [--ms N] "
+	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|recover|info [--size N] [--iters N] [--mb N] [--ms N] "
 			"[--launches N] [--seed N] [--large] [--programs DIR]\nbenchmarks:");
 	for (i = 0; i < NBENCH; i++)
 		fprintf(stderr, " %s", benches[i]->name);
@@ -376,6 +428,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(name, "fault"))
 		return check_fault();
+	if (!strcmp(name, "recover"))
+		return check_recover(o.ms);
 	if (!strcmp(name, "info"))
 		return show_info();
 	for (i = 0; i < NBENCH; i++) {

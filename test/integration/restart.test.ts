@@ -160,6 +160,8 @@ function verify(run: Run, name: string): Verdict {
   expect(vfioErrorLines(r.stderr).filter((l) => !/unexpected reply/.test(l)), info).toEqual([]);
   const got = r.records.filter((x) => x.kind === 'BENCH').map((x) => x.data);
   expect(got.length, info).toBeGreaterThan(0);
+  const failed = got.filter((b) => b.ok !== true);
+  if (failed.length > 0) console.log(`${name}: interrupted runs`, failed.map((b) => ({ bench: b.bench, error: b.error, where: b.where, detail: b.error_detail })));
   let interrupted = 0;
   got.forEach((b, i) => {
     const what = `${JSON.stringify(b)}\n${info}`;
@@ -169,7 +171,7 @@ function verify(run: Run, name: string): Verdict {
       return;
     }
     interrupted++;
-    expect(String(b.detail ?? ''), what).toMatch(/ENGINE_LOST/);
+    expect(String(b.error_detail ?? ''), what).toMatch(/channel error 20 \(ENGINE_LOST\)/);
     expect(got[i + 1]?.ok, `the run after an interrupted one must pass: ${what}`).toBe(true);
   });
   return { runs: got.length, passed: got.length - interrupted, interrupted };
@@ -294,6 +296,31 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
     console.log({ fv: vf, batch: vb });
     expect(log.records().filter((r) => (r.level as number) >= 50), log.tail()).toEqual([]);
   }, GUEST_TIMEOUT_MS + 120_000);
+
+  test('one context carries on by itself: its kernel killed by the restart reports ENGINE_LOST once, then runs again', async () => {
+    const mark = log.lines.length;
+    let armed = false;
+    const g = bootGuest({
+      manifest, sockets: [sock('fv')], run: '/bin/sh', args: [SUITE, '--only', 'recover', '--', '--ms', '8000'], timeoutMs: 300_000,
+      onLine: (_l, rec) => {
+        if (rec?.kind === 'PHASE' && rec.data.phase === 'recover-armed') armed = true;
+      },
+    });
+    for (let i = 0; i < 1200 && !armed; i++) await sleep(100);
+    expect(armed, log.tail()).toBe(true);
+    await sleep(1500); // the kernel is running on the engine now
+    const st = await keeperStatus();
+    for (let i = 0; i < 600 && (await keeperStatus()).standby === null; i++) await sleep(100);
+    process.kill(st.server!, 'SIGKILL');
+    const r = await log.waitFor((x) => x.event === 'restart-adopted', mark, 60_000);
+    expect((r.lostChannels as number[]).length, JSON.stringify(r)).toBeGreaterThan(0);
+    const res = await g.done;
+    const c = res.checks.find((x) => x.check === 'engine-lost-recovered');
+    expect(c, context(res)).toBeDefined();
+    expect(c!.ok, `${JSON.stringify(c)}\n${context(res)}`).toBe(true);
+    expect(res.console.some((l) => /recovered from ENGINE_LOST/.test(l)), context(res)).toBe(true);
+    expect(vfioErrorLines(res.stderr).filter((l) => !/unexpected reply/.test(l)), context(res)).toEqual([]);
+  }, 400_000);
 
   test('a cold restart (a new process, no standby waiting) adopts the VMs too; the canary is unchanged', async () => {
     // No standby: the new process is started after the kill, as an operator or systemd would.
