@@ -35,8 +35,9 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports);
 using PoolTask = std::function<int(const std::atomic<bool>& cancel, uint64_t* deviceNs)>;
 // Queue a task like submitKernel; returns the job id, or 0 with a JS exception pending when the
 // pool is not running. setupStatus != 0 completes the job with it without running the task.
-uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus = 0);
-
+// background: the pool's low-priority lane (one thread at nice 19): work for one guest that must
+// not take CPU from the device's other work, i.e. program compiles.
+uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus = 0, bool background = false);
 
 // ---- errors ----
 void ThrowTypeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -4,6 +4,9 @@
 //
 // Threads: submit*/cancelJob/poolStart/poolStop and the async callback run on the JS thread;
 // pool threads only see Job objects (shared_ptr) and the done list.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <algorithm>
@@ -58,6 +61,11 @@ struct Pool {
   std::mutex mu;  // queue, active, stopping
   std::condition_variable cv;
   std::deque<std::shared_ptr<Job>> queue;
+  // Background lane: work done for one guest that must never delay the device for others
+  // (program compiles). One thread at the lowest CPU priority, so on a host without a GPU
+  // a guest flooding the device with new modules spends idle CPU, not its co-tenants'.
+  std::deque<std::shared_ptr<Job>> background;
+  std::condition_variable backgroundCv;
   std::unordered_map<uint32_t, std::shared_ptr<Job>> active;  // queued or running
   bool stopping = false;
   std::vector<std::thread> threads;
@@ -84,15 +92,19 @@ int RunJob(Job& job) {
   return run_kernel(job.kernel, ctx);
 }
 
-void Worker(Pool* pool) {
+void Worker(Pool* pool, bool background) {
+  auto& queue = background ? pool->background : pool->queue;
+  auto& cv = background ? pool->backgroundCv : pool->cv;
+  // nice 19 for this thread only (Linux: per-thread nice through the tid); unprivileged.
+  if (background) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lk(pool->mu);
-      pool->cv.wait(lk, [&] { return pool->stopping || !pool->queue.empty(); });
-      if (pool->queue.empty()) return;  // stopping and drained
-      job = std::move(pool->queue.front());
-      pool->queue.pop_front();
+      cv.wait(lk, [&] { return pool->stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping and drained
+      job = std::move(queue.front());
+      queue.pop_front();
     }
     Completion c{job->id, job->setupStatus, 0};
     if (c.status == 0 && job->cancel.load(std::memory_order_relaxed)) c.status = -ECANCELED;
@@ -160,6 +172,7 @@ void StopThreads(Pool* pool) {
     for (auto& [id, job] : pool->active) job->cancel.store(true, std::memory_order_relaxed);
   }
   pool->cv.notify_all();
+  pool->backgroundCv.notify_all();
   for (std::thread& t : pool->threads) t.join();
   pool->threads.clear();
 }
@@ -214,7 +227,8 @@ Napi::Value PoolStart(const Napi::CallbackInfo& info) {
   pool->onComplete = Napi::Persistent(cb);
   napi_async_init(env, nullptr, Napi::String::New(env, "vugpu.pool"), &pool->actx);
   napi_add_async_cleanup_hook(env, OnEnvCleanup, pool, &pool->cleanup);
-  for (int64_t i = 0; i < threads; i++) pool->threads.emplace_back(Worker, pool);
+  for (int64_t i = 0; i < threads; i++) pool->threads.emplace_back(Worker, pool, false);
+  pool->threads.emplace_back(Worker, pool, true);
   g_pool = pool;
   return env.Undefined();
 }
@@ -252,7 +266,7 @@ Pool* RunningPool(Napi::Env env, const char* fn) {
   return g_pool;
 }
 
-uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job) {
+uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job, bool background = false) {
   uint32_t id;
   {
     std::lock_guard<std::mutex> lk(pool->mu);
@@ -260,9 +274,9 @@ uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job) {
     while (id == 0 || pool->active.count(id));
     job->id = id;
     pool->active[id] = job;
-    pool->queue.push_back(std::move(job));
+    (background ? pool->background : pool->queue).push_back(std::move(job));
   }
-  pool->cv.notify_one();
+  (background ? pool->backgroundCv : pool->cv).notify_one();
   if (pool->inflight++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(&pool->async));
   return id;
 }
@@ -451,13 +465,13 @@ Napi::Value HaveOpenBlas(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus) {
+uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus, bool background) {
   Pool* pool = RunningPool(env, fn);
   if (!pool) return 0;
   auto job = std::make_shared<Job>();
   job->task = std::move(task);
   job->setupStatus = setupStatus;
-  return Enqueue(pool, std::move(job));
+  return Enqueue(pool, std::move(job), background);
 }
 
 void RegisterPool(Napi::Env env, Napi::Object exports) {

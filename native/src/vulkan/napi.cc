@@ -291,7 +291,7 @@ Napi::Value SubmitProgramCompile(const Napi::CallbackInfo& info) {
   PoolTask task = [guard, in = std::move(in)](const std::atomic<bool>&, uint64_t* ns) {
     return vk::CompileProgram(*guard->prog, in, ns);
   };
-  uint32_t id = EnqueueTask(env, "submitProgramCompile", std::move(task), setup);
+  uint32_t id = EnqueueTask(env, "submitProgramCompile", std::move(task), setup, /*background=*/true);
   if (id == 0) return env.Undefined();
   std::lock_guard<std::mutex> lk(g_mu);
   Slots()[uint32_t(slot)] = prog;
