@@ -162,6 +162,13 @@ export class Vugpu {
     logger.info({ vms: opts.vms.map((v) => `${v.name}:${v.mode}`) }, 'vugpu serving');
   }
 
+  /** Stop serving metrics now (a live upgrade hands the port over to its successor). */
+  async closeMetrics(): Promise<void> {
+    const m = this.metricsServer;
+    this.metricsServer = null;
+    if (m) await m.then((s) => s.close(), () => {});
+  }
+
   /** Resolves once every listener is up (the metrics server); rejects with a readable error. */
   async started(): Promise<void> {
     await this.metricsServer;

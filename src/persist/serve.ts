@@ -543,6 +543,7 @@ export class RestartableServer {
     this.checkpointer.stop();
     this.stopped = true;
     if (this.upgrading.timer) clearTimeout(this.upgrading.timer);
+    await this.vugpu.closeMetrics(); // the successor listens on the same port
     this.keeper!.handover(stoppedAt);
     logger.info({ successor: pid, drained, handoverMs: Math.round((monoMs() - stoppedAt) * 10) / 10, checkpoints: this.checkpointStats() }, 'live upgrade: handed over; exiting');
     this.resolveExit(0);
