@@ -104,6 +104,7 @@ async function main(): Promise<void> {
     h.close();
   }
   result.nop = modes;
+  result.flood = await floodLatency(backend, nopSpv);
 
   // ---- vector add and SGEMM: programs vs built-ins, same inputs ----
   const engine = new Engine({ vramSize: 512 << 20, channels: 8, programs: backend });
@@ -188,9 +189,62 @@ async function main(): Promise<void> {
   console.log(textTable(['what', 'program', 'built-in', 'ratio'], [
     ...Object.entries(n).map(([m, v]) => [`NOP p50 µs (${m})`, v.program.p50Us.toFixed(1), v.builtin.p50Us.toFixed(1), `${v.ratioP50.toFixed(2)}×`]),
     ['vecadd ms', fmt((result.vecadd as { programMs: number }).programMs), fmt((result.vecadd as { builtinMs: number | null }).builtinMs), ''],
+    ['canary NOP p50 µs, flood/solo', ((result.flood as { canaryDuringFlood: Lat }).canaryDuringFlood.p50Us).toFixed(1), ((result.flood as { canarySolo: Lat }).canarySolo.p50Us).toFixed(1), `${(result.flood as { ratioP50: number }).ratioP50.toFixed(2)}×`],
     ['sgemm ms', fmt((result.sgemm as { programMs: number }).programMs), fmt((result.sgemm as { builtinMs: number }).builtinMs), ''],
   ]));
   console.log(`wrote ${file}`);
+}
+
+/**
+ * A canary VM's launch latency (its NOP program, cached) alone and while another VM floods the
+ * device with distinct modules (each a new compile), same run, alternating phases. Both VMs are
+ * fv guests of one aggregator (in-process).
+ */
+async function floodLatency(backend: VulkanBackend, nopSpv: Uint8Array): Promise<unknown> {
+  const h = host({ vramSize: 256 << 20, channels: 16, programs: backend });
+  const canary = guest(h.agg, { name: 'canary', mode: 'fv', slice: 64 << 20 });
+  const attacker = guest(h.agg, { name: 'attacker', mode: 'fv', slice: 64 << 20 });
+  const prog = canary.drv.programBuffer(canary.gvm, nopSpv);
+  await canary.ch.launchProgram(prog, { buffers: [] });
+  const vecadd = spv('guest/programs/vecadd.spv');
+  let flooding = false;
+  let modules = 0;
+  const flood = async (): Promise<void> => {
+    while (flooding) {
+      const w = new Uint8Array(vecadd);
+      new DataView(w.buffer).setUint32(8, 0x10000 + modules++, true); // a new module every time
+      const m = attacker.drv.programBuffer(attacker.gvm, w);
+      const buf = attacker.drv.vramBuffer(attacker.gvm, 4096);
+      await attacker.ch.launchProgram(m, {
+        grid: [1, 1, 1], push: u32s(0),
+        buffers: [{ va: buf.va, length: 4096, readOnly: true }, { va: buf.va, length: 4096, readOnly: true }, { va: buf.va, length: 4096 }],
+      }).catch(() => {});
+      attacker.drv.freeVram(m.buffer.addr, m.buffer.size);
+      attacker.drv.freeVram(buf.addr, buf.size);
+    }
+  };
+  const solo: number[] = [], during: number[] = [];
+  const sample = async (into: number[]) => {
+    for (let i = 0; i < BLOCK; i++) {
+      const t0 = now();
+      await canary.ch.launchProgram(prog, { buffers: [] });
+      into.push(us(now() - t0));
+    }
+  };
+  for (let round = 0; round < Math.max(4, Math.floor(NOPS / BLOCK / 2)); round++) {
+    await sample(solo);
+    flooding = true;
+    const f = flood();
+    await sample(during);
+    flooding = false;
+    await f;
+  }
+  const cache = h.engine.programs!.ownerStats(attacker.vm.index + 1);
+  canary.close();
+  attacker.close();
+  h.close();
+  const s = lat(solo), d = lat(during);
+  return { canarySolo: s, canaryDuringFlood: d, ratioP50: d.p50Us / s.p50Us, ratioMean: d.meanUs / s.meanUs, modulesCompiled: modules, attackerCache: cache };
 }
 
 function fmt(v: number | null): string {
@@ -204,6 +258,7 @@ function svg(r: Record<string, unknown>): string {
   ];
   const va = r.vecadd as { ratio: number | null };
   if (va.ratio !== null) bars.push({ label: 'vecadd program/FMADD', v: va.ratio, goal: null });
+  bars.push({ label: 'canary NOP, module flood/solo', v: (r.flood as { ratioP50: number }).ratioP50, goal: 1.1 });
   bars.push({ label: 'SGEMM program/FMMUL', v: (r.sgemm as { ratio: number }).ratio, goal: null });
   const rw = r.rewrite as { ratio?: number };
   if (typeof rw.ratio === 'number') bars.push({ label: 'SGEMM rewritten/plain', v: rw.ratio, goal: 1.03 });
