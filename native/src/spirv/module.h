@@ -102,4 +102,8 @@ Failure analyze(const Module& m, const Operands& ops, uint32_t entryIndex, const
 Failure rewrite(const Module& m, const Operands& ops, const Analysis& a, const Limits& lim,
                 std::vector<uint32_t>* out);
 
+// Phase E (clamp.cc): clamps dynamic buffer element indices so that lavapipe's 32-bit offsets
+// cannot wrap back inside a binding (hw-spec §6.3.1 step 4). Edits *words in place.
+Failure clampBufferIndices(std::vector<uint32_t>* words);
+
 }  // namespace vugpu::spirv::detail
