@@ -22,8 +22,9 @@ namespace {
 constexpr uint32_t kEnvMaxGrid = 65535;
 constexpr uint64_t kEnvMaxBufferBytes = 128u << 20;
 constexpr uint32_t kEnvBufferAlign = 16;
-// lavapipe leaves every loop after 65,535 back-edges per subgroup; stop a little before.
-constexpr uint32_t kLavapipeLoopLimit = 65000;
+// lavapipe leaves every loop after 65,535 loop passes per SIMD group (its limiter, shared by all
+// loops); the rewrite detects each such cut and the launch fails with PROGRAM_LOOP_LIMIT.
+constexpr uint32_t kLavapipeLoopLimit = 65535;
 
 std::string ApiString(uint32_t v) {
   char b[32];
@@ -609,9 +610,9 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   for (int i = 0; i < 3; i++) lim.maxWgSize[i] = std::min(lim.maxWgSize[i], L.maxComputeWorkGroupSize[i]);
   lim.subgroupSize = sub.subgroupSize ? sub.subgroupSize : 1;
   lim.loopLimit = haveDrv && drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? kLavapipeLoopLimit : 0;
-  // With a loop limit the rewrite adds one shared uint per subgroup of the largest workgroup
-  // (native/src/spirv/rewrite.cc): the guest gets the rest.
-  uint32_t reserve = lim.loopLimit ? 4 * ((lim.maxWgInvocations + lim.subgroupSize - 1) / lim.subgroupSize) : 0;
+  // With a loop limit the rewrite adds one shared uint of loop tag per invocation of the largest
+  // workgroup, at most 4096 (native/src/spirv/rewrite.cc): the guest gets the rest.
+  uint32_t reserve = lim.loopLimit ? 4 * std::min<uint32_t>(lim.maxWgInvocations, 4096) : 0;
   lim.maxSharedBytes = std::min(lim.maxSharedBytes, L.maxComputeSharedMemorySize - std::min(reserve, L.maxComputeSharedMemorySize));
   uint32_t feat = 0;
   if (f2.features.shaderFloat64) feat |= spirv::F_FLOAT64;

@@ -6,7 +6,7 @@
 // buffer i): a kernel that does a whole computation in one call on the CPU (LOOP's millions of
 // steps, a BFS level's two phases, an LU block) may need several launches on a GPU, and every
 // launch must stay under the CPU device's loop cap (lavapipe: 65,535 back-edges per subgroup;
-// the engine fails a launch at 65,000), so each shader is written to take at most LOOP_BUDGET
+// the device cuts loops at 65,535 passes per SIMD group and the engine fails such a launch), so each shader is written to take at most LOOP_BUDGET
 // back-edges per launch and the plans cut the work to match.
 //
 // plan() makes the native kernel's parameter checks (null where it returns -EINVAL). It cannot
@@ -19,7 +19,7 @@ import { KERNELS, K } from '../kernels.ts';
 /** Where build-spirv.sh puts the modules; `spv` paths below are relative to it. */
 export const SPIRV_DIR = new URL('../../../build/spirv/', import.meta.url);
 
-/** Back-edges any subgroup takes in one launch of a built-in, at most (the engine's cap: 65,000). */
+/** Back-edges any subgroup takes in one launch of a built-in, at most (lavapipe's cap: 65,535 passes). */
 export const LOOP_BUDGET = 60_000;
 
 export interface BuiltinDispatch {
