@@ -17,6 +17,8 @@ const USAGE = `usage:
   vugpu serve [--config FILE] [options]   serve VMs over vfio-user; options (config-file keys without --):
 ${usageLines(SERVE_OPTIONS, '      ')}
   vugpu ctl COMMAND …                     drive a running server (vugpu ctl --help)
+  vugpu k8s-device-plugin [--slots 4x256M …] [--control-socket PATH] [--kubelet-dir DIR] [--cdi-dir DIR]
+                                          vGPU slots as Kubernetes extended resources (docs/scale-out.md)
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
   vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image
@@ -65,6 +67,10 @@ async function main(argv: string[]): Promise<number> {
       const { ctlMain } = await import('./service/ctl.ts');
       return ctlMain(rest);
     }
+    case 'k8s-device-plugin': {
+      const k8s = await import('./service/k8s/cli.ts');
+      return k8s.main(rest);
+    }
     case 'setup':
       (await import('./service/commands.ts')).checkCommandLine('setup', rest);
       return spawnSync('bash', [path.join(repoRoot, 'scripts/setup.sh'), ...rest], { stdio: 'inherit' }).status ?? 1;
@@ -98,6 +104,18 @@ main(process.argv.slice(2)).then(
     if (err instanceof UsageError || err instanceof StartError) {
       process.stderr.write(`${err.message}\n`);
       process.exitCode = err instanceof UsageError ? 2 : 1;
+      return;
+    }
+    // A subcommand that parses with node:util parseArgs: its errors in the same one-sentence form.
+    const code = (err as { code?: unknown }).code;
+    if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_')) {
+      const msg = (err as Error).message;
+      const opt = /'([^' ]+)/.exec(msg)?.[1] ?? '';
+      const what = code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? `unknown option ${opt}`
+        : code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' ? `${opt} needs a value`
+          : `unexpected argument ${opt}`;
+      process.stderr.write(`vugpu ${process.argv[2]}: ${what} (see vugpu --help).\n`);
+      process.exitCode = 2;
       return;
     }
     // Not a user's mistake: a bug or an unexpected failure keeps its stack in the log.

@@ -42,7 +42,7 @@ const CASES: [string[], string[]][] = [
   [['serve', '--vramm', '1G'], ['unknown option --vramm', 'did you mean --vram?']],
   [['serve', '--channels', '0', '--socket', sock('a')], ['--channels 0', 'an integer from 1 to 128']],
   [['serve', '--watchdog-ms', '-5', '--socket', sock('a')], ['--watchdog-ms -5', 'milliseconds']],
-  [['serve', '--policy', 'rr', '--socket', sock('a')], ['--policy rr', 'one of fifo, credit, band or weighted']],
+  [['serve', '--policy', 'rr', '--socket', sock('a')], ['--policy rr', 'one of fifo, credit, band']],
   [['serve', '--mode', 'vfio', '--socket', sock('a')], ['--mode vfio', 'one of pt, fv-naive, fv, pv or pv-batch']],
   [['serve', '--engine', 'cuda', '--socket', sock('a')], ['--engine cuda', 'one of auto, native or vulkan']],
   [['serve', '--socket'], ['--socket needs a value', 'UNIX socket path']],
@@ -86,6 +86,11 @@ const CASES: [string[], string[]][] = [
   [['ctl', 'remove'], ['the VM name is missing']],
   [['ctl', 'policy', 'rr'], ['policy rr', 'one of fifo']],
   [['ctl', 'list', 'extra'], ['unexpected argument "extra"']],
+  [['k8s-device-plugin', '--slots', '4x3M'], ['--slots 4x3M', 'COUNTxSIZE such as 4x256M']],
+  [['k8s-device-plugin', '--slots', '4x256M', '--slots', '2x256M'], ['two entries for vgpu-256m']],
+  [['k8s-device-plugin', '--health-ms', '5'], ['--health-ms 5', 'from 100 to 3600000']],
+  [['k8s-device-plugin', '--domain', 'Vugpu.IO'], ['--domain Vugpu.IO', 'a DNS subdomain']],
+  [['k8s-device-plugin', '--mode', 'pt'], ['--mode pt', 'one of fv-naive, fv, pv or pv-batch']],
 ];
 
 /** A config file (its path is filled in) and what the sentence must contain. */
@@ -108,7 +113,7 @@ function expectSentence(r: Run, parts: string[], what: string): void {
   expect(r.code, info).toBe(2);
   const lines = r.stderr.split('\n').filter((l) => l !== '');
   expect(lines, info).toHaveLength(1); // one sentence, no stack trace, no pino line
-  expect(lines[0], info).toMatch(/^vugpu [a-z]+( [a-z]+)?: .+\.$/);
+  expect(lines[0], info).toMatch(/^vugpu [a-z0-9-]+( [a-z]+)?: .+\.$/);
   expect(lines[0]!.startsWith('{'), info).toBe(false);
   for (const p of parts) expect(lines[0], info).toContain(p);
   expect(r.stdout, info).toBe('');
@@ -136,7 +141,7 @@ describe('command line: one sentence and exit 2 for every bad input', () => {
     });
   }, 120_000);
 
-  it('a port in use and a live control socket: one sentence, exit 1, the VM socket is gone again', async () => {
+  it('a port in use, a live control socket, no kubelet directory: one sentence, exit 1, nothing left behind', async () => {
     const busy = net.createServer().listen(0, '127.0.0.1');
     await new Promise((r) => busy.once('listening', r));
     const port = (busy.address() as net.AddressInfo).port;
@@ -153,6 +158,9 @@ describe('command line: one sentence and exit 2 for every bad input', () => {
       expect(b.code, b.stderr).toBe(1);
       expect(b.stderr.trim()).toBe(`vugpu serve: cannot start: control-socket ${ctl}: another server is answering on it (stop it, or choose another path).`);
       expect(fs.existsSync(sock('p1')) || fs.existsSync(sock('p2'))).toBe(false);
+      const k = await cli(['k8s-device-plugin', '--kubelet-dir', '/nonexistent/device-plugins']);
+      expect(k.code, k.stderr).toBe(1);
+      expect(k.stderr.trim()).toBe('vugpu k8s-device-plugin: cannot start: kubelet-dir /nonexistent/device-plugins does not exist (the kubelet\'s device-plugin directory: is this a Kubernetes node?).');
     } finally {
       busy.close();
       live.close();
