@@ -236,15 +236,14 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 	u32 fence[VG_FENCE_DWORDS];
 	u32 get, bytes, s0, s1;
 	s64 off;
-	bool reported = c->err_reported;
 	int ret;
 
-	ret = vg_ctx_status(c, NULL);
-	if (ret && reported && READ_ERR(c) == VG_CERR_ENGINE_LOST) {
+	if (READ_ERR(c) == VG_CERR_ENGINE_LOST && c->err_reported) {
 		ret = ctx_recover(c); /* reported once already: carry on on a rebound channel */
-		if (!ret)
-			ret = vg_ctx_status(c, NULL);
+		if (ret)
+			return ret;
 	}
+	ret = vg_ctx_status(c, NULL);
 	if (ret)
 		return ret;
 	if (!c->bound)
@@ -352,6 +351,10 @@ int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
 		err->seq_done = c->sem_addr ? vg_ctx_seq_completed(c) : 0;
 	if (!code)
 		return 0;
+	/* ENGINE_LOST is reported once; after that the lost fences count as passed (their results are
+	 * undefined) and the next submission rebinds the channel */
+	if (code == VG_CERR_ENGINE_LOST && c->err_reported)
+		return 0;
 	c->err_reported = true;
 	return code == VG_CERR_MMU_FAULT ? -EFAULT : -EIO;
 }
@@ -393,7 +396,7 @@ static int bo_clear(struct vg_ctx *c, struct vg_bo *bo)
 	u64 words = bo->size / 4;
 	u32 pb[24], n = 0;
 	u64 seq;
-	int ret;
+	int ret, tries;
 
 	vg_vram_wr32(d, c->sem_addr + VG_SEM_PARAM_OFFSET, 0);        /* pattern */
 	vg_vram_wr32(d, c->sem_addr + VG_SEM_PARAM_OFFSET + 4, 0);    /* reserved */
@@ -416,17 +419,23 @@ static int bo_clear(struct vg_ctx *c, struct vg_bo *bo)
 	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1);
 	pb[n++] = 0;
 	vg_os_wmb();
-	for (;;) {
-		ret = vg_ctx_submit(c, pb, n, VUGPU_SUBMIT_FENCE_IRQ, &seq);
-		if (ret != -EBUSY)
-			break;
-		ret = d->wait(c, seq, VG_WAIT_RETIRE_MS);
-		if (ret)
-			return ret;
-	}
-	if (ret)
+	for (tries = 0;; tries++) {
+		for (;;) {
+			ret = vg_ctx_submit(c, pb, n, VUGPU_SUBMIT_FENCE_IRQ, &seq);
+			if (ret != -EBUSY)
+				break;
+			ret = d->wait(c, seq, VG_WAIT_RETIRE_MS);
+			if (ret)
+				break;
+		}
+		if (!ret)
+			ret = d->wait(c, seq, VG_WAIT_RETIRE_MS);
+		/* the device restarted under the clear (ENGINE_LOST): clear again on the rebound
+		 * channel — a new buffer must never show someone else's bytes */
+		if (ret == -EIO && READ_ERR(c) == VG_CERR_ENGINE_LOST && tries == 0)
+			continue;
 		return ret;
-	return d->wait(c, seq, VG_WAIT_RETIRE_MS);
+	}
 }
 
 /* ---- buffers ---- */

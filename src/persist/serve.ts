@@ -25,7 +25,7 @@ import { dmaFdName, irqFdName } from '../device-model/persist.ts';
 import {
   DOORBELL, MMU_FAULT_STATUS, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING, PFIFO_INTR, PMC_INTR, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE,
 } from '../gpu/spec.ts';
-import { WAIT_NONE, type ChannelState } from '../gpu/channel.ts';
+import { WAIT_ACQUIRE, WAIT_NONE, type ChannelState } from '../gpu/channel.ts';
 import { CheckpointError, Checkpointer, CheckpointStore, decodeCheckpoint } from './checkpoint.ts';
 import { Journal, JournalError, JOURNAL_SLOTS, monoMs, type RequestId } from './journal.ts';
 import { KeeperClient, KeeperRefused, type Attached } from './keeper-client.ts';
@@ -152,6 +152,9 @@ export class RestartableServer {
   private readonly slots = new Map<string, number>();
   private readonly hooked = new Set<string>();
   private idleAtCheckpoint: number[] = [];
+  /** The next checkpoint is the last one before a handover: the process is quiescent, so the
+   * checkpoint is exact (the successor need not distrust channels the journal marked). */
+  private finalCheckpoint = false;
   private upgrading: { successor: number | null; stoppedAt: number | null; timer: NodeJS.Timeout | null } | null = null;
   private stopped = false;
   /** Resolves when the process should exit, with its status. */
@@ -336,7 +339,7 @@ export class RestartableServer {
     this.journal = journal;
     const state = ckpt.sections.vugpu;
     const applied = ((ckpt.sections.journal as { applied?: Record<string, RequestId> } | undefined)?.applied) ?? {};
-    const srv = (ckpt.sections.server as { accepted?: Record<string, number>; slots?: Record<string, number> } | undefined) ?? {};
+    const srv = (ckpt.sections.server as { accepted?: Record<string, number>; slots?: Record<string, number>; final?: boolean } | undefined) ?? {};
     const accepted = srv.accepted ?? {};
     const vms = checkpointVms(state);
     vms.forEach((vm, i) => this.slots.set(vm.name, srv.slots?.[vm.name] ?? i));
@@ -371,10 +374,13 @@ export class RestartableServer {
     this.vugpu = vugpu;
     // Channels that may have started work after the checkpoint was written: their checkpointed
     // state may be stale, and re-running a half-done job could change its results silently.
+    // (Not after a handover: the old server wrote its last checkpoint quiescent, it is exact.)
     const lost = new Set(inFlight);
-    vugpu.engine.fifo.channels.forEach((ch) => {
-      if (ch.bound && journal.channelActive[ch.chid]) lost.add(ch.chid);
-    });
+    if (srv.final !== true) {
+      vugpu.engine.fifo.channels.forEach((ch) => {
+        if (ch.bound && journal.channelActive[ch.chid]) lost.add(ch.chid);
+      });
+    }
     // Everything adopted is ours now; what the state does not name is stale.
     for (const [k, fd] of fds) {
       if (used.has(k)) this.depot.held.set(k, fd);
@@ -460,7 +466,7 @@ export class RestartableServer {
       if (cur) applied[vm.name] = cur;
       accepted[vm.name] = v.server.listener(vm.socket)?.accepted ?? 0;
     }
-    return { vugpu: saveAll(v), journal: { applied }, server: { accepted, slots: Object.fromEntries(this.slots) } };
+    return { vugpu: saveAll(v), journal: { applied }, server: { accepted, slots: Object.fromEntries(this.slots), final: this.finalCheckpoint } };
   }
 
   // ---- live upgrade ----
@@ -517,11 +523,14 @@ export class RestartableServer {
     for (const l of this.vugpu.server.all()) l.suspend();
   }
 
-  /** Wait (bounded) until no reply is queued and no GPU job runs. */
+  /** Wait (bounded) until no reply is queued, no GPU job runs and no channel is inside a
+   * pushbuffer segment or has a doorbell unserved (requests are no longer read, so this comes). */
   private async drain(limitMs = 1000): Promise<boolean> {
     const deadline = performance.now() + limitMs;
+    const settled = (ch: ChannelState) => !ch.bound || ch.error !== 0 || (ch.cursor === null && !ch.kicked && ch.job < 0) || ch.wait === WAIT_ACQUIRE;
     for (;;) {
-      const quiet = this.vugpu.server.all().every((l) => l.quiet) && this.vugpu.engine.stats().jobsInFlight === 0;
+      const quiet = this.vugpu.server.all().every((l) => l.quiet) && this.vugpu.engine.stats().jobsInFlight === 0 &&
+        this.vugpu.engine.fifo.channels.every(settled);
       if (quiet) return true;
       if (performance.now() > deadline) return false;
       await new Promise((r) => setTimeout(r, 1));
@@ -535,18 +544,22 @@ export class RestartableServer {
     this.upgrading.stoppedAt = stoppedAt;
     this.suspendAll();
     const drained = await this.drain();
+    await this.vugpu.closeMetrics(); // the successor listens on the same port
     if (this.upgrading === null) return; // abandoned meanwhile
+    // From here on synchronous to the exit: nothing may run after the last checkpoint (a job
+    // completing, the scheduler dispatching), so that checkpoint is exactly the final state.
+    this.finalCheckpoint = true;
     if (this.checkpointer.write(true) < 0) {
+      this.finalCheckpoint = false;
       this.abandonUpgrade('the last checkpoint could not be written');
       return;
     }
     this.checkpointer.stop();
     this.stopped = true;
     if (this.upgrading.timer) clearTimeout(this.upgrading.timer);
-    await this.vugpu.closeMetrics(); // the successor listens on the same port
     this.keeper!.handover(stoppedAt);
     logger.info({ successor: pid, drained, handoverMs: Math.round((monoMs() - stoppedAt) * 10) / 10, checkpoints: this.checkpointStats() }, 'live upgrade: handed over; exiting');
-    this.resolveExit(0);
+    process.exit(0);
   }
 
   private abandonUpgrade(reason: string): void {

@@ -28,6 +28,8 @@ const BENCHES = ['nop', 'loop', 'madd', 'mmul', 'fmadd', 'fmmul', 'cpy', 'pincpy
 const EVENTS = 10;
 const GUEST_TIMEOUT_MS = 1_200_000;
 const CANARY_BYTES = 4 << 20;
+/** Consoles and the server log of the last run, for a look after a failure. */
+const ARTIFACTS = path.join(os.tmpdir(), 'vugpu-restart-artifacts');
 
 let manifest: Manifest;
 let dir: string;
@@ -151,6 +153,9 @@ interface Verdict {
  */
 function verify(run: Run, name: string): Verdict {
   const r = run.result;
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  fs.writeFileSync(path.join(ARTIFACTS, `${name.replace(/[^a-z0-9-]+/gi, '_')}.console`), [...r.console, '--- stderr', ...r.stderr].join('\n'));
+  fs.writeFileSync(path.join(ARTIFACTS, 'server.log'), log.lines.join('\n'));
   const info = `${name}\n${context(r)}`;
   expect(r.timedOut, info).toBe(false);
   expect(r.signal, info).toBeNull();
