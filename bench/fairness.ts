@@ -17,8 +17,12 @@
 // unfairness(window) = |tA − tB| / (tA + tB) (AvA; 0 = even split, 1 = one VM only); the first
 // window is skipped. Writes bench/results/fairness.json and fairness.svg, prints a table and
 // replaces the fairness section of docs/results.md.
-//   node bench/fairness.ts [--policies band,band:3000,fifo,credit,weighted] [--out NAME] [--seconds 25] [--warmup 3]
-//                          [--short-ms 1] [--long-ms 100] [--rounds 2]
+//   node bench/fairness.ts [--policies fair,band,band:3000,fifo,credit,weighted] [--out NAME] [--seconds 25] [--warmup 3]
+//                          [--short-ms 1] [--long-ms 100] [--rounds 2] [--kernels 1,100,1,100] [--weights 1,2]
+// --kernels gives one VM per entry (A, B, C, …: that VM's kernel ms; default short,long), --weights
+// their scheduler weights (default all 1). With N VMs or weights, unfairness per window is
+// (max − min) / (max + min) of device time per weight (AvA's |t1 − t2| / (t1 + t2) for two equal
+// weights) and the shares are reported per VM.
 //   node bench/fairness.ts --replot    (plot, table and docs section again from fairness.json)
 // With --rounds N every policy runs N times, the policies interleaved: guest CPU timing depends
 // on what else the host runs, and the spread between rounds shows how much.
@@ -35,8 +39,7 @@ import {
   environment, median, type Environment, mdTable, quantile, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell,
 } from './lib/common.ts';
 
-const VMS = ['A', 'B'] as const;
-type Vm = (typeof VMS)[number];
+type Vm = string;
 const S = 1e9;
 const MS = 1e6;
 
@@ -45,7 +48,12 @@ interface Options {
   warmupS: number;
   shortMs: number;
   longMs: number;
+  /** One VM per entry: its kernel length, ms (A = kernels[0], B = kernels[1], …). */
+  kernels: number[];
+  weights: number[];
 }
+
+const vmNames = (o: Options): Vm[] => o.kernels.map((_, i) => String.fromCharCode(65 + i));
 
 interface Submission { vm: Vm; start: number; end: number; ns: number }
 
@@ -54,12 +62,15 @@ interface PolicyRun {
   /** Round (1-based): with --rounds N every policy runs N times, interleaved. */
   round: number;
   label: string;
-  windows: { t: number; A: number; B: number; busy: number; unfairness: number; shareA: number; kernelsA: number; kernelsB: number }[];
+  /** Per window: device ms per VM (A, B, … as keys), shares of the window's device time. */
+  windows: ({ t: number; busy: number; unfairness: number; shareA: number; kernelsA: number; kernelsB: number; shares: Record<Vm, number> } & Record<Vm, unknown>)[];
   /** Windows from the once-per-second counter sampler (charged at completion). */
-  sampled: { A: number; B: number; unfairness: number }[];
+  sampled: ({ unfairness: number } & Record<Vm, number>)[];
   medianUnfairness: number;
   maxUnfairness: number;
   medianShareA: number;
+  /** Median share of each VM (with weights: compare with weight / Σ weights). */
+  medianShares: Record<Vm, number>;
   sampledMedianUnfairness: number;
   sampledMaxUnfairness: number;
   deviceBusy: number;
@@ -132,6 +143,12 @@ function doorbellGaps(subs: Submission[], doorbells: number[], t0: number, t1: n
 
 const unfair = (a: number, b: number) => (a + b > 0 ? Math.abs(a - b) / (a + b) : 0);
 
+/** (max − min) / (max + min) of device time per weight: AvA's metric for two equal weights. */
+function unfairN(t: number[], w: number[]): number {
+  const x = t.map((v, i) => v / w[i]!);
+  return unfair(Math.max(...x), Math.min(...x));
+}
+
 /** "band" or "band:3000" (BAND with a 3000 µs yield window). */
 function policyOptions(spec: string): { policy: string; policyConfig?: object } {
   const [policy, yieldUs] = spec.split(':');
@@ -140,26 +157,27 @@ function policyOptions(spec: string): { policy: string; policyConfig?: object } 
 
 async function runPolicy(policy: string, round: number, label: string, o: Options, dir: string): Promise<PolicyRun> {
   const manifest = loadManifest();
+  const VMS = vmNames(o);
   const sock = (vm: Vm) => path.join(dir, `${policy}-${round}-${vm}.sock`);
   const server = new Vugpu({
     vramSize: 512 << 20, channels: 16, watchdogMs: 60_000, ...policyOptions(policy),
-    vms: VMS.map((vm) => ({ name: vm, socket: sock(vm), mode: 'fv' as const, slice: 128 << 20 })),
+    vms: VMS.map((vm, i) => ({ name: vm, socket: sock(vm), mode: 'fv' as const, slice: 128 << 20, weight: o.weights[i] })),
   });
   const agg = server.aggregator!;
   const subs: Submission[] = [];
-  const doorbells: Record<Vm, number[]> = { A: [], B: [] };
+  const doorbells: Record<Vm, number[]> = Object.fromEntries(VMS.map((vm) => [vm, []]));
   agg.observer = {
-    doorbell: (vm, at) => doorbells[vm as Vm]?.push(at),
+    doorbell: (vm, at) => doorbells[vm]?.push(at),
     submission: (vm, start, end, ns) => {
-      if (vm === 'A' || vm === 'B') subs.push({ vm, start, end, ns });
+      if (Object.hasOwn(doorbells, vm)) subs.push({ vm, start, end, ns });
     },
   };
   const problems: string[] = [];
   const guests: GuestVm[] = [];
   const counter = (vm: Vm) => server.metrics.get(vm)?.deviceNs ?? 0;
   try {
-    for (const vm of VMS) {
-      const ms = vm === 'A' ? o.shortMs : o.longMs;
+    for (const [i, vm] of VMS.entries()) {
+      const ms = o.kernels[i]!;
       // Far more launches than the run needs: the guest is stopped when the measurement is done.
       const launches = Math.ceil(((o.warmupS + o.seconds + 60) * 1000) / ms);
       guests.push(bootGuest({
@@ -175,12 +193,12 @@ async function runPolicy(policy: string, round: number, label: string, o: Option
     process.stderr.write(`[fairness] ${label}: both guests launching; ${o.warmupS} s warm-up, ${o.seconds + 1} windows of 1 s\n`);
     const t0 = agg.now() + o.warmupS * S;
     // The counter sampler: one reading at every window boundary, on the scheduler's clock.
-    const samples: { t: number; A: number; B: number }[] = [];
+    const samples: ({ t: number } & Record<Vm, number>)[] = [];
     let endCpu: (() => ReturnType<ReturnType<typeof cpuInterval>>) | null = null;
     for (let k = 0; k <= o.seconds + 1; k++) {
       const at = t0 + k * S;
       await sleep(Math.max(0, (at - agg.now()) / MS));
-      samples.push({ t: agg.now(), A: counter('A'), B: counter('B') });
+      samples.push(Object.assign({ t: agg.now() }, Object.fromEntries(VMS.map((vm) => [vm, counter(vm)]))) as { t: number } & Record<Vm, number>);
       if (k === 0) endCpu = cpuInterval(() => guests.flatMap((g) => (g.child.pid ? [g.child.pid] : [])));
     }
     const use = endCpu!();
@@ -189,21 +207,23 @@ async function runPolicy(policy: string, round: number, label: string, o: Option
     await sleep(o.longMs * 3 + 500);
     for (const g of guests) if (g.records.some((r) => r.kind === 'BENCH' || r.kind === 'EXIT')) problems.push('a guest finished its launches early');
     const faults = VMS.map((vm) => (server.metrics.get(vm)?.faults ?? 0) + (server.metrics.get(vm)?.channelErrors ?? 0));
-    if (faults.some((f) => f > 0)) problems.push(`faults/channel errors: A ${faults[0]}, B ${faults[1]}`);
+    if (faults.some((f) => f > 0)) problems.push(`faults/channel errors: ${VMS.map((vm, i) => `${vm} ${faults[i]}`).join(', ')}`);
 
     const windows: PolicyRun['windows'] = [];
     for (let k = 0; k <= o.seconds; k++) {
       const w0 = t0 + k * S;
-      const a = deviceTime(subs, 'A', w0, w0 + S);
-      const b = deviceTime(subs, 'B', w0, w0 + S);
-      windows.push({
-        t: k, A: a.ns / MS, B: b.ns / MS, busy: (a.ns + b.ns) / S, unfairness: unfair(a.ns, b.ns),
-        shareA: a.ns + b.ns > 0 ? a.ns / (a.ns + b.ns) : 0, kernelsA: a.kernels, kernelsB: b.kernels,
-      });
+      const d = VMS.map((vm) => deviceTime(subs, vm, w0, w0 + S));
+      const total = d.reduce((x, y) => x + y.ns, 0);
+      const shares = Object.fromEntries(VMS.map((vm, i) => [vm, total > 0 ? d[i]!.ns / total : 0]));
+      windows.push(Object.assign({
+        t: k, busy: total / S, unfairness: unfairN(d.map((x) => x.ns), o.weights),
+        shareA: shares['A']!, kernelsA: d[0]!.kernels, kernelsB: d[1]?.kernels ?? 0, shares,
+      }, Object.fromEntries(VMS.map((vm, i) => [vm, d[i]!.ns / MS]))));
     }
     const sampled = samples.slice(1).map((s, i) => {
       const p = samples[i]!;
-      return { A: (s.A - p.A) / MS, B: (s.B - p.B) / MS, unfairness: unfair(s.A - p.A, s.B - p.B) };
+      const d = VMS.map((vm) => s[vm]! - p[vm]!);
+      return Object.assign({ unfairness: unfairN(d, o.weights) }, Object.fromEntries(VMS.map((vm, j) => [vm, d[j]! / MS]))) as { unfairness: number } & Record<Vm, number>;
     });
     const steady = windows.slice(1); // skip the first window
     const sampledSteady = sampled.slice(1, o.seconds + 1);
@@ -221,7 +241,7 @@ async function runPolicy(policy: string, round: number, label: string, o: Option
     }
     const idleUs = median(steady.map((w) => (w.kernelsA > 0 ? ((1 - w.busy) * 1e6) / w.kernelsA : NaN)).filter((x) => !Number.isNaN(x)));
     const accounted = subs.filter((s) => s.end > samples[0]!.t && s.end <= samples.at(-1)!.t).reduce((x, s) => x + s.ns, 0);
-    const counted = VMS.reduce((x, vm) => x + samples.at(-1)![vm] - samples[0]![vm], 0);
+    const counted = VMS.reduce((x, vm) => x + samples.at(-1)![vm]! - samples[0]![vm]!, 0);
     return {
       policy,
       round,
@@ -231,11 +251,12 @@ async function runPolicy(policy: string, round: number, label: string, o: Option
       medianUnfairness: median(steady.map((w) => w.unfairness)),
       maxUnfairness: Math.max(...steady.map((w) => w.unfairness)),
       medianShareA: median(steady.map((w) => w.shareA)),
+      medianShares: Object.fromEntries(VMS.map((vm) => [vm, median(steady.map((w) => w.shares[vm]!))])),
       sampledMedianUnfairness: median(sampledSteady.map((w) => w.unfairness)),
       sampledMaxUnfairness: Math.max(...sampledSteady.map((w) => w.unfairness)),
       deviceBusy: median(steady.map((w) => w.busy)),
       idlePerKernelUs: idleUs,
-      equalTurnUnfairness: idleUs / 1e3 / (2 * kernelMs.A + idleUs / 1e3),
+      equalTurnUnfairness: idleUs / 1e3 / (2 * kernelMs['A']! + idleUs / 1e3),
       gapUs,
       kernelMs,
       accountedVsCounters: counted > 0 ? accounted / counted : NaN,
@@ -251,7 +272,17 @@ async function runPolicy(policy: string, round: number, label: string, o: Option
 
 // ---- plot ----
 
+const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#7f7f7f'];
+
+/** "VM A (1 ms kernels) vs VM B (100 ms kernels)", with weights when they differ. */
+function describeVms(o: Options): string {
+  const w = o.weights.some((x) => x !== o.weights[0]);
+  return vmNames(o).map((vm, i) => `VM ${vm} (${o.kernels[i]} ms kernels${w ? `, weight ${o.weights[i]}` : ''})`).join(' vs ');
+}
+
 function svg(runs: PolicyRun[], o: Options): string {
+  const vms = vmNames(o);
+  const wsum = o.weights.reduce((a, b) => a + b, 0);
   const W = 760, ph = 150, top = 46, left = 56, right = 20, gapY = 40;
   const pw = W - left - right;
   const H = top + runs.length * (ph + gapY) + 10;
@@ -260,8 +291,8 @@ function svg(runs: PolicyRun[], o: Options): string {
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
     `<rect width="${W}" height="${H}" fill="#fff"/>`,
-    `<text x="10" y="18" font-size="13" font-weight="bold">Share of device time per 1 s window: VM A (${o.shortMs} ms kernels) vs VM B (${o.longMs} ms kernels), two fv guests</text>`,
-    `<text x="10" y="34" fill="#555"><tspan fill="#1f77b4" font-weight="bold">━ A</tspan> <tspan fill="#d62728" font-weight="bold">━ B</tspan>  first window (grey) skipped in the statistics; dashed: even split; unfairness = |tA − tB| / (tA + tB)</text>`,
+    `<text x="10" y="18" font-size="13" font-weight="bold">Share of device time per 1 s window: ${describeVms(o)}, ${o.kernels.length} fv guests</text>`,
+    `<text x="10" y="34" fill="#555">${vms.map((vm, i) => `<tspan fill="${COLORS[i % COLORS.length]}" font-weight="bold">━ ${vm}</tspan>`).join(' ')}  first window (grey) skipped in the statistics; dashed: each VM's weight share; unfairness = ${o.kernels.length === 2 && o.weights[0] === o.weights[1] ? '|tA − tB| / (tA + tB)' : '(max − min) / (max + min) of t / weight'}</text>`,
   ];
   runs.forEach((r, i) => {
     const y0 = top + i * (ph + gapY) + 14;
@@ -272,17 +303,20 @@ function svg(runs: PolicyRun[], o: Options): string {
     for (const v of [0, 0.5, 1]) {
       parts.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end">${v.toFixed(1)}</text>`);
     }
-    parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(0.5)}" y2="${y(0.5)}" stroke="#888" stroke-dasharray="4,3"/>`);
+    for (const share of new Set(o.weights.map((w) => w / wsum))) {
+      parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(share)}" y2="${y(share)}" stroke="#888" stroke-dasharray="4,3"/>`);
+    }
     for (let t = 0; t <= n; t += 5) {
       parts.push(`<line x1="${x(t)}" x2="${x(t)}" y1="${y0 + ph}" y2="${y0 + ph + 4}" stroke="#999"/><text x="${x(t)}" y="${y0 + ph + 15}" text-anchor="middle">${t} s</text>`);
     }
-    for (const [vm, color] of [['A', '#1f77b4'], ['B', '#d62728']] as const) {
+    vms.forEach((vm, j) => {
       const pts = r.windows.map((w) => {
-        const share = w.A + w.B > 0 ? (vm === 'A' ? w.A : w.B) / (w.A + w.B) : 0;
+        const total = vms.reduce((a, v) => a + Number(w[v] ?? 0), 0);
+        const share = total > 0 ? Number(w[vm] ?? 0) / total : 0;
         return `${x(w.t).toFixed(1)},${y(share).toFixed(1)} ${x(w.t + 1).toFixed(1)},${y(share).toFixed(1)}`;
       });
-      parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.join(' ')}"/>`);
-    }
+      parts.push(`<polyline fill="none" stroke="${COLORS[j % COLORS.length]}" stroke-width="2" points="${pts.join(' ')}"/>`);
+    });
   });
   parts.push('</svg>');
   return `${parts.join('\n')}\n`;
@@ -292,13 +326,15 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     args: process.argv.slice(2),
     options: {
-      policies: { type: 'string', default: 'band,fifo,credit,weighted' },
+      policies: { type: 'string', default: 'fair,band,fifo,credit,weighted' },
       out: { type: 'string', default: 'fairness' },
       seconds: { type: 'string', default: '25' },
       warmup: { type: 'string', default: '3' },
       'short-ms': { type: 'string', default: '1' },
       'long-ms': { type: 'string', default: '100' },
       rounds: { type: 'string', default: '2' },
+      kernels: { type: 'string' },
+      weights: { type: 'string' },
       replot: { type: 'boolean', default: false },
     },
   });
@@ -306,7 +342,13 @@ async function main(): Promise<void> {
     report(JSON.parse(fs.readFileSync(path.join(resultsDir, `${values.out}.json`), 'utf8')) as Result, values.out!);
     return;
   }
-  const o: Options = { seconds: Number(values.seconds), warmupS: Number(values.warmup), shortMs: Number(values['short-ms']), longMs: Number(values['long-ms']) };
+  const shortMs = Number(values['short-ms']);
+  const longMs = Number(values['long-ms']);
+  const kernels = values.kernels ? values.kernels.split(',').map(Number) : [shortMs, longMs];
+  const weights = values.weights ? values.weights.split(',').map(Number) : kernels.map(() => 1);
+  if (kernels.length < 2 || kernels.length > 8 || kernels.some((k) => !(k > 0))) throw new Error('--kernels: 2 to 8 kernel lengths in ms');
+  if (weights.length !== kernels.length || weights.some((w) => !(w > 0))) throw new Error('--weights: one weight > 0 per VM');
+  const o: Options = { seconds: Number(values.seconds), warmupS: Number(values.warmup), shortMs: Math.min(...kernels), longMs: Math.max(...kernels), kernels, weights };
   if (!Number.isInteger(o.seconds) || o.seconds < 3) throw new Error('--seconds must be an integer ≥ 3');
   const policies = values.policies!.split(',');
   const rounds = Number(values.rounds);
@@ -328,14 +370,15 @@ async function main(): Promise<void> {
     date: new Date().toISOString(),
     environment: { ...env, loadAvgAtEnd: os.loadavg().map((x) => Math.round(x * 100) / 100) },
     setup: {
-      mode: 'fv', guests: 2, vcpusPerGuest: 1, shortKernelMs: o.shortMs, longKernelMs: o.longMs, windowS: 1,
+      mode: 'fv', guests: o.kernels.length, vcpusPerGuest: 1, shortKernelMs: o.shortMs, longKernelMs: o.longMs, kernelsMs: o.kernels, weights: o.weights, windowS: 1,
       windows: o.seconds, warmupS: o.warmupS, skippedWindows: 1, rounds,
-      unfairness: '|tA − tB| / (tA + tB) per 1 s window (AvA), device time spread over each submission\'s span',
+      unfairness: '(max − min) / (max + min) of device time per weight per 1 s window (for two equal weights AvA\'s |tA − tB| / (tA + tB)), device time spread over each submission\'s span',
       bandYieldWindowUs: 500,
     },
     reference: {
       avaMedianUnfairness1s: 0.024, avaFixedRateMedian1s: 0.026,
-      simulation: 'test/aggregator/scheduler-sim.test.ts: BAND median 2.1 % at a 50 µs doorbell gap, 4.2 % at 200 µs',
+      simulation: 'test/aggregator/scheduler-sim.test.ts: BAND median 2.1 % at a 50 µs doorbell gap, 4.2 % at 200 µs; ' +
+        'test/aggregator/scheduler-fair.test.ts: fair ≤ 2 % at every gap incl. TCG-like gap tails, BAND 27–55 % with those tails',
     },
     wallS: Math.round((performance.now() - t0) / 100) / 10,
     runs,
@@ -347,27 +390,34 @@ async function main(): Promise<void> {
 type Result = {
   date: string;
   environment: Environment & { loadAvgAtEnd: number[] };
-  setup: { shortKernelMs: number; longKernelMs: number; windows: number; warmupS: number };
+  setup: { shortKernelMs: number; longKernelMs: number; kernelsMs?: number[]; weights?: number[]; windows: number; warmupS: number };
   wallS: number;
   runs: PolicyRun[];
 };
 
 /** Plot, docs section and printed table from a result (also `--replot`: from the saved JSON). */
 function report(result: Result, out = 'fairness'): void {
-  const o: Options = { seconds: result.setup.windows, warmupS: result.setup.warmupS, shortMs: result.setup.shortKernelMs, longMs: result.setup.longKernelMs };
+  const kernels = result.setup.kernelsMs ?? [result.setup.shortKernelMs, result.setup.longKernelMs];
+  const o: Options = {
+    seconds: result.setup.windows, warmupS: result.setup.warmupS, shortMs: result.setup.shortKernelMs, longMs: result.setup.longKernelMs,
+    kernels, weights: result.setup.weights ?? kernels.map(() => 1),
+  };
+  const vms = vmNames(o);
+  const wsum = o.weights.reduce((a, b) => a + b, 0);
   const runs = result.runs;
   const env = result.environment;
   writeResult(`${out}.svg`, svg(runs, o));
   const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
-  const head = ['policy', 'median unfairness', 'max unfairness', 'A share (median)', 'device busy', 'A gap µs p10/med/p90/p99', 'A gaps > 1 ms', 'B gap µs med',
+  const head = ['policy', 'median unfairness', 'max unfairness', vms.length === 2 ? 'A share (median)' : `shares ${vms.join('/')} (median)`, 'device busy', 'A gap µs p10/med/p90/p99', 'A gaps > 1 ms', 'B gap µs med',
     'idle µs per A kernel', 'equal-turn model', 'A kernel ms', 'B kernel ms', 'sampled median/max',
     'CPU cores: ours/others'];
   const rows: Cell[][] = runs.map((r) => [
-    r.label, pct(r.medianUnfairness), pct(r.maxUnfairness), r.medianShareA.toFixed(3), pct(r.deviceBusy),
+    r.label, pct(r.medianUnfairness), pct(r.maxUnfairness),
+    vms.length === 2 ? r.medianShareA.toFixed(3) : vms.map((vm) => (r.medianShares?.[vm] ?? NaN).toFixed(3)).join('/'), pct(r.deviceBusy),
     `${r.gapUs.A.p10.toFixed(0)}/${r.gapUs.A.median.toFixed(0)}/${r.gapUs.A.p90.toFixed(0)}/${r.gapUs.A.p99.toFixed(0)}`,
     pct(r.gapUs.A.overYield), r.gapUs.B.median.toFixed(0),
     r.idlePerKernelUs.toFixed(0), pct(r.equalTurnUnfairness),
-    r.kernelMs.A.toFixed(2), r.kernelMs.B.toFixed(1), `${pct(r.sampledMedianUnfairness)}/${pct(r.sampledMaxUnfairness)}`,
+    r.kernelMs['A']!.toFixed(2), r.kernelMs['B']!.toFixed(1), `${pct(r.sampledMedianUnfairness)}/${pct(r.sampledMaxUnfairness)}`,
     `${r.cpuCores.ours.toFixed(2)}/${r.cpuCores.others.toFixed(2)}`,
   ]);
   const problems = runs.flatMap((r) => r.problems.map((p) => `${r.label}: ${p}`));
@@ -389,9 +439,10 @@ function report(result: Result, out = 'fairness'): void {
       'CPU cores = CPU time over the measured windows: this benchmark (server, engine, both QEMUs) / every other process on the 2-core host.',
   ].join('\n'));
   process.stdout.write([
-    `vugpu fairness — two fv guests (${env.accel.toUpperCase()}), A: ${o.shortMs} ms kernels, B: ${o.longMs} ms kernels, ${o.seconds} × 1 s windows`,
+    `vugpu fairness — ${vms.length} fv guests (${env.accel.toUpperCase()}), ${describeVms(o)}, ${o.seconds} × 1 s windows` +
+      (o.weights.some((w) => w !== o.weights[0]) ? `; weight shares ${o.weights.map((w) => (w / wsum).toFixed(3)).join('/')}` : ''),
     textTable(head, rows),
-    `reference: AvA median unfairness 2.4 % (1 s windows); simulation BAND 2.1 % at 50 µs gap, 4.2 % at 200 µs`,
+    `reference: AvA median unfairness 2.4 % (1 s windows); simulation BAND 2.1 % at 50 µs gap, 4.2 % at 200 µs, 27 % with TCG gap tails; fair ≤ 2 %`,
     ...(problems.length ? [`PROBLEMS:\n  ${problems.join('\n  ')}`] : []),
     `written bench/results/${out}.json, bench/results/${out}.svg${out === 'fairness' ? ' and docs/results.md' : ''} (${result.wallS} s)`,
   ].join('\n') + '\n');
