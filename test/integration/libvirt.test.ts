@@ -64,7 +64,8 @@ describe.skipIf(why !== null)(`a libvirt domain with a vugpu vGPU${why ? ` (skip
     const def = await block('libvirt-define');
     expect(def).toContain('Domain \'vugpu-guest\' defined');
     expect(def).toContain('Domain \'vugpu-guest\' started');
-    const qemuUser = (await c.sh("ps -eo user:20=,comm= | awk '$2 ~ /^qemu-system/ { print $1 }'")).trim();
+    // The user libvirt runs QEMU as (its pid file names the process).
+    const qemuUser = (await c.sh('stat -c %U /proc/$(cat /run/libvirt/qemu/vugpu-guest.pid)')).trim();
     await expectVerifiedRun();
     expect(qemuUser).toBe('libvirt-qemu');
     const taint = await c.sh('grep -c "custom-argv" /var/log/libvirt/qemu/vugpu-guest.log || true');
