@@ -160,7 +160,8 @@ async function runPolicy(policy: string, round: number, label: string, o: Option
   const VMS = vmNames(o);
   const sock = (vm: Vm) => path.join(dir, `${policy}-${round}-${vm}.sock`);
   const server = new Vugpu({
-    vramSize: 512 << 20, channels: 16, watchdogMs: 60_000, ...policyOptions(policy),
+    // 128 MiB per VM (and the host's 1/16): 512 MiB for two, more for more VMs.
+    vramSize: Math.max(512, 160 * VMS.length) << 20, channels: 16, watchdogMs: 60_000, ...policyOptions(policy),
     vms: VMS.map((vm, i) => ({ name: vm, socket: sock(vm), mode: 'fv' as const, slice: 128 << 20, weight: o.weights[i] })),
   });
   const agg = server.aggregator!;
