@@ -626,6 +626,10 @@ static int ctx_recover(struct vg_ctx *c)
 		return -ENODEV;
 	chid = (u32)c->chid;
 	vg_lock(d);
+	/* GP_PUT back to 0 first: rebinding resets GP_GET to 0, and the old GP_PUT would make the
+	 * device run the old ring's entries again once the channel is enabled */
+	vg_vram_wr32(d, c->userd_addr + VG_USERD_GP_PUT, 0);
+	vg_os_wmb();
 	vg_wr(d, VG_PFIFO_CHAN(chid), VG_CHAN_VALID | (u32)(c->inst_addr >> 12));
 	st = vg_rd(d, VG_PFIFO_CHAN_STATE(chid));
 	if (st & VG_STATE_ERROR) {

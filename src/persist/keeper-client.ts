@@ -87,10 +87,10 @@ export class KeeperClient {
 
   /** Say who we are. A server gets `Attached` at once; a successor waits for the handover
    * (resolved by the 'adopt' record, also passed to events.adopt). */
-  async hello(role: KeeperRole): Promise<Attached | { waiting: number } | { control: true; server: number | null }> {
-    this.send({ op: 'hello', role, pid: process.pid });
+  async hello(role: KeeperRole, parent?: number): Promise<Attached | { waiting: number } | { control: true; server: number | null }> {
+    this.send({ op: 'hello', role, pid: process.pid, parent });
     const r = await this.expect(['welcome', 'wait', 'refused', 'error']);
-    if (r.msg.op === 'refused' || r.msg.op === 'error') throw new KeeperRefused(String(r.msg.message));
+    if (r.msg.op === 'refused' || r.msg.op === 'error') throw new KeeperRefused(String(r.msg.message), r.msg.standby === true);
     if (r.msg.op === 'wait') return { waiting: Number(r.msg.server) };
     if (r.msg.role === 'control') return { control: true, server: (r.msg.server as number | null) ?? null };
     return attached(r.msg);
@@ -244,6 +244,12 @@ export class KeeperClient {
 
 export class KeeperRefused extends Error {
   override name = 'KeeperRefused';
+  /** A standby that is not needed (not an error). */
+  readonly standby: boolean;
+  constructor(message: string, standby = false) {
+    super(message);
+    this.standby = standby;
+  }
 }
 
 function attached(m: WireRecord['msg']): Attached {

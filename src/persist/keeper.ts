@@ -159,7 +159,7 @@ export class Keeper {
     switch (m.op) {
       case 'hello':
         stray();
-        return this.hello(c, String(m.role ?? ''));
+        return this.hello(c, String(m.role ?? ''), typeof m.parent === 'number' ? m.parent : null);
       case 'put': {
         const key = String(m.key ?? '');
         if (c !== this.active || r.fds.length !== 1 || key === '') {
@@ -228,7 +228,7 @@ export class Keeper {
     }
   }
 
-  private hello(c: Conn, role: string): void {
+  private hello(c: Conn, role: string, parent: number | null): void {
     if (role === 'control') {
       c.role = 'control';
       sendRecord(c.fd, { op: 'welcome', role: 'control', server: this.active?.pid ?? null });
@@ -241,7 +241,12 @@ export class Keeper {
     // A server that died may have left puts unread in its connection: take them first.
     for (const o of [...this.conns.values()]) if (o !== c) this.pump(o);
     if (this.active !== null) {
-      if (role === 'standby' && this.standby === null) {
+      if (role === 'standby' && (this.standby !== null || (parent !== null && parent !== this.active.pid))) {
+        // Started by an earlier server (a build an upgrade replaced), or one is waiting already.
+        sendRecord(c.fd, { op: 'refused', standby: true, message: this.standby !== null ? 'a standby is already waiting' : `started by server ${parent}, not by the attached server ${this.active.pid}` });
+        return;
+      }
+      if (role === 'standby') {
         c.role = 'standby';
         this.standby = c;
         sendRecord(c.fd, { op: 'wait', server: this.active.pid });

@@ -192,10 +192,12 @@ export class RestartableServer {
     } else {
       const k = await KeeperClient.connectOrSpawn(s.keeperSocket);
       s.keeper = k;
-      const standby = process.env.VUGPU_STANDBY === '1';
+      // A standby names the server that started it: the keeper takes it only as that server's.
+      const standbyOf = Number(process.env.VUGPU_STANDBY ?? '0');
+      const standby = standbyOf > 0;
       delete process.env.VUGPU_STANDBY;
       try {
-        const hello = await k.hello(p.successor ? 'successor' : standby ? 'standby' : 'server');
+        const hello = await k.hello(p.successor ? 'successor' : standby ? 'standby' : 'server', standby ? standbyOf : undefined);
         if ('waiting' in hello && standby) {
           logger.info({ server: hello.waiting, pid: process.pid }, 'standby: waiting to take over if the server dies');
           try {
@@ -214,6 +216,10 @@ export class RestartableServer {
         }
       } catch (err) {
         k.close();
+        if (err instanceof KeeperRefused && err.standby) {
+          logger.info({ pid: process.pid, reason: err.message }, 'standby not needed; exiting');
+          process.exit(0);
+        }
         if (err instanceof KeeperRefused) throw new AdoptError(err.message);
         throw err;
       }
@@ -514,7 +520,7 @@ export class RestartableServer {
     setTimeout(() => {
       if (this.stopped) return;
       this.lastStandby = performance.now();
-      const child = this.spawnSelf({ VUGPU_STANDBY: '1' });
+      const child = this.spawnSelf({ VUGPU_STANDBY: String(process.pid) });
       logger.info({ standby: child.pid }, 'standby server started');
     }, wait).unref();
   }

@@ -219,6 +219,29 @@ describe('fd keeper', () => {
     expect(k.keys()).toEqual([]);
   });
 
+  it('promotes the waiting standby the moment the server dies; refuses a standby of another server', async () => {
+    const k = startKeeper();
+    const srv = client(k);
+    await srv.hello('server');
+    srv.put('vram', memfdWith('kept'));
+    const stale = client(k);
+    await expect(stale.hello('standby', process.pid + 1)).rejects.toMatchObject({ standby: true });
+    const sb = client(k);
+    expect(await sb.hello('standby', process.pid)).toEqual({ waiting: process.pid });
+    const second = client(k);
+    await expect(second.hello('standby', process.pid)).rejects.toMatchObject({ standby: true });
+    const promoted = sb.adopted(0);
+    srv.close(); // the server dies
+    const a = await promoted;
+    expect(a.keys).toEqual(['vram']);
+    expect(a.handover).toBe(false); // a crash: the successor rules of the journal apply
+    expect(a.gapSince).not.toBeNull();
+    expect(k.serverPid).toBe(process.pid);
+    const got = await sb.take();
+    expect(contents(got.get('vram')!, 4)).toBe('kept');
+    for (const fd of got.values()) native.close(fd);
+  });
+
   it('hands over from a server to a waiting successor on request of an upgrade', async () => {
     const k = startKeeper();
     const old = client(k);
