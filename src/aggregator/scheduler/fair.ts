@@ -48,6 +48,8 @@ import type { Pick, PolicyStateBase, VmCommonState, VmId } from './types.ts';
 
 /** How much a round may overrun its frame and still count as fitting (see setFrames). */
 const TILE_TOLERANCE = 0.015;
+/** How much shorter than a frame a round must be before the frames get shorter (see setFrames). */
+const TILE_MARGIN = 0.03;
 
 export interface FairConfig {
   /** Fairness window, ns (default 1 s: AvA's reporting window); frames divide it. */
@@ -212,13 +214,17 @@ export class FairPolicy extends PolicyBase<FairVmState, FairState> {
   }
 
   /**
-   * Frames per window such that a round of roundNs fits in a frame, or overruns it by at most
-   * TILE_TOLERANCE (then each round starts a little later than its frame and the schedule's
-   * period is the round itself, which still nearly tiles the window).
+   * Frames per window for rounds of roundNs. Fewer at once when a round overruns its frame by
+   * more than TILE_TOLERANCE (within it, each round starts a little late and the schedule's
+   * period is the round itself, which still nearly tiles the window); one more only when the
+   * round fits the shorter frame with TILE_MARGIN to spare, so a round near a frame's length
+   * does not make the frames flap (every change breaks the pattern for a window).
    */
   private setFrames(roundNs: number): void {
     const s = this.s;
-    s.frames = Math.max(1, Math.min(s.maxFrames, Math.floor((s.windowNs * (1 + TILE_TOLERANCE)) / Math.max(1, roundNs))));
+    const fit = Math.max(1, Math.min(s.maxFrames, Math.floor((s.windowNs * (1 + TILE_TOLERANCE)) / Math.max(1, roundNs))));
+    if (fit < s.frames) s.frames = fit;
+    else if (fit > s.frames && roundNs <= (s.windowNs / (s.frames + 1)) * (1 - TILE_MARGIN)) s.frames++;
     s.rounds = [];
     s.adaptFrame = s.frame + s.frames;
   }
