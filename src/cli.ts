@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 // vugpu command line: serve | ctl | demo | trace | setup. Run with the pinned Node 24 (npm scripts do).
+import { parseArgs } from 'node:util';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Vugpu } from './server.ts';
+import type { Vugpu, VugpuOptions } from './server.ts';
+import type { PersistOptions } from './persist/serve.ts';
 import { logger } from './log.ts';
 // Loaded up front: only what checking a command line needs (the engine loads when serving).
 import { StartError, UsageError, usageLines } from './service/config.ts';
@@ -19,6 +21,8 @@ ${usageLines(SERVE_OPTIONS, '      ')}
   vugpu ctl COMMAND …                     drive a running server (vugpu ctl --help)
   vugpu k8s-device-plugin [--slots 4x256M …] [--control-socket PATH] [--kubelet-dir DIR] [--cdi-dir DIR]
                                           vGPU slots as Kubernetes extended resources (docs/scale-out.md)
+  vugpu upgrade --state-dir DIR | --keeper SOCKET   (live upgrade: a new server takes over)
+  vugpu keeper  --socket PATH                       (the fd keeper; serve starts it itself)
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
   vugpu demo   [--mode pt] [--json bench/results/demo.json]
   vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image
@@ -28,7 +32,9 @@ async function serve(argv: string[]): Promise<number> {
   // A bad flag, config key or value: one sentence and exit 2 before anything starts.
   const s = serveSettings(argv);
   applyLogSettings(s);
-  if (s.persist) throw new UsageError('vugpu serve: state-dir, keeper and systemd (restartable serving) are not wired into this serve yet.');
+  if (s.persist) {
+    return serveRestartable(s.options, { ...s.persist, successor: process.env.VUGPU_SUCCESSOR === '1' }, s.controlSocket);
+  }
   const { Vugpu } = await import('./server.ts');
   const { readable, startService } = await import('./service/serve.ts');
   let vugpu: Vugpu;
@@ -58,11 +64,80 @@ async function serve(argv: string[]): Promise<number> {
   return 0;
 }
 
+/** serve --state-dir: the restartable server (src/persist/serve.ts). Exits 2 with one sentence
+ * when it cannot adopt what a previous server left (the fds stay with the keeper). */
+async function serveRestartable(options: VugpuOptions, p: PersistOptions, controlSocket?: string): Promise<number> {
+  const { RestartableServer, AdoptError } = await import('./persist/serve.ts');
+  delete process.env.VUGPU_SUCCESSOR; // not for the successor's own successor
+  let rs;
+  try {
+    rs = await RestartableServer.open(options, p);
+  } catch (err) {
+    if (err instanceof AdoptError) {
+      logger.error({ event: 'adopt-refused' }, err.message);
+      process.stderr.write(`vugpu: ${err.message}\n`);
+      return exitNow(2);
+    }
+    throw err;
+  }
+  // The control API on this process's Vugpu (a successor takes the socket over).
+  const { startService } = await import('./service/serve.ts');
+  const service = await startService(rs.vugpu, { controlSocket, notify: false, takeOver: p.successor });
+  const stop = (sig: string) => {
+    logger.info({ signal: sig }, 'shutting down');
+    void service.stop().finally(() => {
+      rs.close();
+      void exitNow(0);
+    });
+  };
+  process.once('SIGINT', () => stop('SIGINT'));
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGUSR2', () => rs.upgrade());
+  return exitNow(await rs.exit);
+}
+
+/** Exit now (watchers and timers would keep the process alive), once the log is out. */
+async function exitNow(code: number): Promise<number> {
+  await new Promise((r) => setTimeout(r, 20));
+  process.exit(code);
+}
+
+async function upgrade(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { 'state-dir': { type: 'string' }, keeper: { type: 'string' } } });
+  const socket = values.keeper ?? (values['state-dir'] ? path.join(values['state-dir'], 'keeper.sock') : undefined);
+  if (!socket) throw new Error('upgrade needs --state-dir DIR or --keeper SOCKET');
+  const { KeeperClient } = await import('./persist/keeper-client.ts');
+  const k = KeeperClient.tryConnect(socket);
+  if (!k) {
+    process.stderr.write(`vugpu: no fd keeper answers on ${socket}\n`);
+    return 2;
+  }
+  try {
+    await k.hello('control');
+    const r = await k.upgrade();
+    process.stdout.write(`upgraded: pid ${r.pid} serves now; guests paused ${r.pauseMs === null ? '?' : r.pauseMs.toFixed(1)} ms\n`);
+    return 0;
+  } catch (err) {
+    process.stderr.write(`vugpu: upgrade failed: ${(err as Error).message}\n`);
+    return 1;
+  } finally {
+    k.close();
+  }
+}
+
 async function main(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   switch (cmd) {
     case 'serve':
       return serve(rest);
+    case 'upgrade':
+      return upgrade(rest);
+    case 'keeper': {
+      const { values } = parseArgs({ args: rest, options: { socket: { type: 'string' } } });
+      if (!values.socket) throw new Error('keeper needs --socket PATH');
+      const { runKeeper } = await import('./persist/keeper.ts');
+      return runKeeper(values.socket);
+    }
     case 'ctl': {
       const { ctlMain } = await import('./service/ctl.ts');
       return ctlMain(rest);

@@ -270,8 +270,8 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
     console.log('\nkills (standby takes over):');
     console.table(kills.map((k) => ({ pauseMs: k.pauseMs, lostChannels: k.lost.join(' ') })));
     expect(events, 'the guests finished before every kill was done: raise repeat').toBe(EVENTS);
-    const vf = verify(fv, 'fv');
-    const vb = verify(batch, 'pv-batch');
+    const vf = verify(fv, 'fv (kills)');
+    const vb = verify(batch, 'pv-batch (kills)');
     console.log({ fv: vf, batch: vb });
     expect(vf.interrupted + vb.interrupted).toBeLessThanOrEqual(EVENTS * 2);
     expect(log.records().filter((r) => (r.level as number) >= 50), log.tail()).toEqual([]);
@@ -296,8 +296,8 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
     console.log('\nupgrades:');
     console.table(ups);
     expect(events, 'the guests finished before every upgrade was done: raise repeat').toBe(EVENTS);
-    const vf = verify(fv, 'fv');
-    const vb = verify(batch, 'pv-batch');
+    const vf = verify(fv, 'fv (upgrades)');
+    const vb = verify(batch, 'pv-batch (upgrades)');
     console.log({ fv: vf, batch: vb });
     expect(log.records().filter((r) => (r.level as number) >= 50), log.tail()).toEqual([]);
   }, GUEST_TIMEOUT_MS + 120_000);
