@@ -323,7 +323,6 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
     const c = res.checks.find((x) => x.check === 'engine-lost-recovered');
     expect(c, context(res)).toBeDefined();
     expect(c!.ok, `${JSON.stringify(c)}\n${context(res)}`).toBe(true);
-    expect(res.console.some((l) => /recovered from ENGINE_LOST/.test(l)), context(res)).toBe(true);
     expect(vfioErrorLines(res.stderr).filter((l) => !/unexpected reply/.test(l)), context(res)).toEqual([]);
   }, 400_000);
 
