@@ -300,7 +300,7 @@ vgResult vgCtxCreate(vgContext *out)
 	vgContext ctx;
 	const char *e;
 	vgResult r;
-	int ret;
+	int ret, tries;
 
 	if (!g_backend)
 		return VG_ERROR_NOT_INITIALIZED;
@@ -320,7 +320,16 @@ vgResult vgCtxCreate(vgContext *out)
 		free(ctx);
 		return r == VG_ERROR_OS || r == VG_ERROR_INVALID_HANDLE ? VG_ERROR_NO_DEVICE : r;
 	}
-	r = alloc_record(ctx, 0, PARAM_SLOTS * PARAM_SLOT_SIZE, &ctx->params);
+	/* A restart of the device under a context that is still being created (ENGINE_LOST) lost
+	 * none of the caller's work: the context is not theirs yet, so try again on the rebound
+	 * channel instead of failing a create nobody can recover from. */
+	for (tries = 0;; tries++) {
+		r = alloc_record(ctx, 0, PARAM_SLOTS * PARAM_SLOT_SIZE, &ctx->params);
+		if (!r || ctx->chan_err.code != VG_CERR_ENGINE_LOST || tries == 2)
+			break;
+		memset(&ctx->chan_err, 0, sizeof(ctx->chan_err));
+		ctx->detail[0] = 0;
+	}
 	if (r) {
 		vgCtxDestroy(ctx);
 		return r;
