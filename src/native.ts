@@ -205,10 +205,11 @@ export interface NativeAddon extends VulkanAddon {
   addressOf(buf: ArrayBuffer | ArrayBufferView): bigint;
   /** Reserve a contiguous range and mmap each extent MAP_FIXED|MAP_SHARED in order. Offsets and
    * lengths must be page multiples and lie inside each fd (RangeError / Error otherwise). A guard
-   * page follows the window; readonly windows are private copy-on-write like mmap(readonly). The
+   * page follows the window; readonly windows are private copy-on-write like mmap(readonly)
+   * unless `shared` (for a device that pins pages and only reads them: windows.ts). The
    * caller must not unmapWindow() a window while a submitted job
    * that uses it has not completed: the addon does not track window users. */
-  mapWindow(extents: Extent[], readonly: boolean): MapWindow;
+  mapWindow(extents: Extent[], readonly: boolean, shared?: boolean): MapWindow;
   /** Unmap a window (idempotent). Detaches the ArrayBuffer from windowBuffer(), if any. */
   unmapWindow(id: number): void;
   /** External ArrayBuffer over a window, for JS-side access; detached by unmapWindow(). */

@@ -14,7 +14,7 @@
 
 // The Vulkan backend caches host imports of ranges inside live windows (vulkan/staging.cc).
 namespace vugpu::vk {
-void NoteWindowMapped(uint64_t addr, uint64_t len);
+void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv);
 void NoteWindowUnmapped(uint64_t addr, uint64_t len);
 }  // namespace vugpu::vk
 #include <vector>
@@ -252,7 +252,12 @@ Napi::Value MapWindow(const Napi::CallbackInfo& info) {
     ThrowTypeError(env, "extents must be an array of {fd, offset, length}");
     return env.Undefined();
   }
-  if (!ArgOptBool(info, 1, "readonly", false, &ro)) return env.Undefined();
+  // shared: a read-only window that still maps the fds MAP_SHARED, for a device that pins the
+  // pages it reads (a GPU's host import pins the private copies of a copy-on-write mapping, so
+  // later writes to the fd never reach it). Only for readers that never write through it.
+  bool shared;
+  if (!ArgOptBool(info, 1, "readonly", false, &ro) || !ArgOptBool(info, 2, "shared", false, &shared))
+    return env.Undefined();
   Napi::Array arr = info[0].As<Napi::Array>();
   struct Ext {
     int fd;
@@ -300,7 +305,8 @@ Napi::Value MapWindow(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   int prot;
-  int flags = MapFlags(ro, &prot) | MAP_FIXED;
+  const bool priv = ro && !shared;
+  int flags = MapFlags(priv, &prot) | MAP_FIXED;
   uint8_t* pos = static_cast<uint8_t*>(base);
   for (const Ext& e : ext) {
     if (mmap(pos, e.len, prot, flags, e.fd, off_t(e.off)) == MAP_FAILED) {
@@ -318,7 +324,7 @@ Napi::Value MapWindow(const Napi::CallbackInfo& info) {
     while (id == 0 || g_windows.count(id));
     g_windows[id] = Window{base, size_t(total), reserved};
   }
-  vugpu::vk::NoteWindowMapped(uint64_t(uintptr_t(base)), total);
+  vugpu::vk::NoteWindowMapped(uint64_t(uintptr_t(base)), total, priv);
   Napi::Object res = Napi::Object::New(env);
   res.Set("id", Napi::Number::New(env, id));
   res.Set("address", Napi::BigInt::New(env, uint64_t(uintptr_t(base))));

@@ -88,7 +88,10 @@ export class Engine implements GpuCore {
       ...mmuRegisters(this, this.mmu),
       ...pprogRegisters(() => this.cp.programs?.backend.limits ?? null),
     ];
-    if (opts.programs) this.cp.programs = new ProgramCache(opts.programs, { perOwner: opts.programsPerOwner });
+    if (opts.programs) {
+      this.cp.programs = new ProgramCache(opts.programs, { perOwner: opts.programsPerOwner });
+      this.cp.windows.readOnly = opts.programs.readOnlyWindows ?? 'private';
+    }
     this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
     this.regs = new RegisterFile(tables);
     this.log.info(

@@ -65,10 +65,17 @@ export interface DispatchJob {
 }
 
 /** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */
+export type ReadOnlyWindows = 'private' | 'shared' | 'fresh';
+
 export interface ProgramBackend {
   /** The device's name (startup log, /metrics, benchmark JSON). */
   readonly device: string;
   readonly limits: ProgramLimits;
+  /** How windows of READ_ONLY buffers must be mapped for this device (windows.ts): 'private'
+   * (copy-on-write, cached: a device that reads through the mapping itself), 'shared' (the
+   * device pins pages but only copies from them), 'fresh' (it pins and binds them: a new private
+   * window per launch). Absent = 'private'. */
+  readonly readOnlyWindows?: ReadOnlyWindows;
   /** Check, rewrite and compile into `slot`; status 0 = ready, -EINVAL = refused (see info). */
   compile(slot: number, words: Uint32Array, entryIndex: number, spec: Uint32Array, done: (r: JobResult) => void): number;
   info(slot: number): CompiledInfo;

@@ -6,7 +6,7 @@
 import { native, type VulkanDeviceInfo } from '../native.ts';
 import { jobPool, type JobResult } from './jobs.ts';
 import { useGpuVariants } from './program/builtins.ts';
-import { PROGRAM_ENVELOPE, type CompiledInfo, type DispatchJob, type ProgramBackend, type ProgramLimits } from './programs.ts';
+import { PROGRAM_ENVELOPE, type CompiledInfo, type DispatchJob, type ProgramBackend, type ProgramLimits, type ReadOnlyWindows } from './programs.ts';
 
 export interface VulkanDeviceSummary {
   name: string;
@@ -52,6 +52,7 @@ export class VulkanBackend implements ProgramBackend {
   readonly device: string;
   readonly driver: string;
   readonly limits: ProgramLimits;
+  readonly readOnlyWindows: ReadOnlyWindows;
   private closed = false;
 
   readonly deviceInfo: VulkanDeviceInfo;
@@ -61,6 +62,9 @@ export class VulkanBackend implements ProgramBackend {
     this.device = info.name;
     this.driver = `${info.driver} ${info.driverInfo}`.trim();
     this.limits = clampLimits(info.limits);
+    // A GPU pins imported host pages: over a copy-on-write mapping it would keep the pages of
+    // the first import (native/src/vulkan/staging.cc). Staged, it only copies from them.
+    this.readOnlyWindows = info.type === 'cpu' ? 'private' : info.memory === 'device' ? 'shared' : 'fresh';
   }
 
   /** Open the named device (substring match) or the first suitable one; throws a readable

@@ -5,6 +5,7 @@
 // a changed page table simply misses. Windows over system memory are never cached: the bus
 // resolver's fds can be unmapped (DMA unmap) and the device must not keep them alive.
 import { native, type Extent, type MapWindow } from '../native.ts';
+import type { ReadOnlyWindows } from './programs.ts';
 
 interface Entry {
   win: MapWindow;
@@ -13,6 +14,7 @@ interface Entry {
 }
 
 export interface WindowRef {
+  id: number;
   address: bigint;
   release(): void;
 }
@@ -30,20 +32,25 @@ export class WindowCache {
     this.max = max;
   }
 
+  /** How READ_ONLY windows are mapped for the engine's program device (ProgramBackend). */
+  readOnly: ReadOnlyWindows = 'private';
+
   /** Map (or reuse) a window over `extents`; throws like native.mapWindow. */
   acquire(extents: Extent[], readonly: boolean): WindowRef {
-    if (this.max === 0 || !extents.every((e) => e.fd === this.vramFd)) {
+    const fresh = readonly && this.readOnly === 'fresh';
+    if (this.max === 0 || fresh || !extents.every((e) => e.fd === this.vramFd)) {
       const w = native.mapWindow(extents, readonly);
-      return { address: w.address, release: () => native.unmapWindow(w.id) };
+      return { id: w.id, address: w.address, release: () => native.unmapWindow(w.id) };
     }
-    let key = readonly ? 'r' : 'w';
+    const shared = readonly && this.readOnly === 'shared';
+    let key = readonly ? (shared ? 's' : 'r') : 'w';
     for (const e of extents) key += `${e.offset}+${e.length},`;
     let ent = this.entries.get(key);
     if (ent) {
       this.hits++;
     } else {
       this.misses++;
-      ent = { win: native.mapWindow(extents, readonly), users: 0, lastUse: 0 };
+      ent = { win: native.mapWindow(extents, readonly, shared), users: 0, lastUse: 0 };
       this.entries.set(key, ent);
     }
     ent.users++;
@@ -53,6 +60,7 @@ export class WindowCache {
     const e = ent;
     let released = false;
     return {
+      id: e.win.id,
       address: e.win.address,
       release: () => {
         if (released) return;

@@ -19,18 +19,23 @@ namespace vugpu::vk {
 namespace {
 
 // Live windows [addr, addr + len) and live contexts (their import caches), process-wide.
+struct LiveWindow {
+  uint64_t addr, len;
+  bool priv;  // a private copy-on-write mapping (a read-only window)
+};
 std::mutex g_regMu;
-std::vector<std::pair<uint64_t, uint64_t>> g_windows;
+std::vector<LiveWindow> g_windows;
 std::vector<Context*> g_contexts;
 
 constexpr size_t kMaxCachedImports = 256;
 constexpr uint64_t kPoolRound = 1ull << 16;
 
-bool InsideWindow(uint64_t start, uint64_t size) {
+// 1 = inside a shared window, 2 = inside a private (copy-on-write) window, 0 = neither.
+int InsideWindow(uint64_t start, uint64_t size) {
   std::lock_guard<std::mutex> lk(g_regMu);
   for (auto& w : g_windows)
-    if (start >= w.first && start + size <= w.first + w.second) return true;
-  return false;
+    if (start >= w.addr && start + size <= w.addr + w.len) return w.priv ? 2 : 1;
+  return 0;
 }
 
 void FreeImport(Context& c, HostImport* i) {
@@ -125,9 +130,9 @@ void UnregisterContext(Context* c) {
   g_contexts.erase(std::remove(g_contexts.begin(), g_contexts.end(), c), g_contexts.end());
 }
 
-void NoteWindowMapped(uint64_t addr, uint64_t len) {
+void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv) {
   std::lock_guard<std::mutex> lk(g_regMu);
-  g_windows.emplace_back(addr, len);
+  g_windows.push_back({addr, len, priv});
 }
 
 void NoteWindowUnmapped(uint64_t addr, uint64_t len) {
@@ -136,14 +141,21 @@ void NoteWindowUnmapped(uint64_t addr, uint64_t len) {
   // (the window is gone from the list before the imports over it are dropped).
   std::lock_guard<std::mutex> lk(g_regMu);
   g_windows.erase(std::remove_if(g_windows.begin(), g_windows.end(),
-                                 [&](auto& w) { return w.first == addr; }),
+                                 [&](auto& w) { return w.addr == addr; }),
                   g_windows.end());
   for (Context* c : g_contexts)
     if (c->device) DropImports(*c, addr, len);
 }
 
 VkResult AcquireImport(Context& c, uint64_t start, uint64_t size, HostImport** out) {
-  const bool cacheable = InsideWindow(start, size);
+  // A GPU's import pins the pages it sees. Over a private (read-only, copy-on-write) window
+  // those are private copies made at import time: a cached import would keep showing the data
+  // of its first launch while the guest writes the fd (H100: the second benchmark over the same
+  // VRAM read the first one's inputs). Such ranges are imported per dispatch — a snapshot that
+  // is current, and the kernel's stray writes stay private. A CPU device reads through the
+  // mapping itself, which always shows the fd's current contents.
+  const int inside = InsideWindow(start, size);
+  const bool cacheable = inside == 1 || (inside == 2 && c.info.cpuDevice);
   if (cacheable) {
     std::lock_guard<std::mutex> lk(c.impMu);
     for (HostImport* i : c.imports)

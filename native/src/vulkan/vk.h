@@ -267,7 +267,7 @@ struct ImportStats {
 
 // Engine windows (native/src/memory.cc tells us): an import of a range inside a live window may
 // be cached; its unmapping drops every cached import over it, in every context.
-void NoteWindowMapped(uint64_t addr, uint64_t len);
+void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv);
 void NoteWindowUnmapped(uint64_t addr, uint64_t len);
 
 // ---- the device-memory path (staging.cc) ----
