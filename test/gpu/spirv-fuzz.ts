@@ -17,51 +17,8 @@ import { LIMITS, R, type Limits, type Prepared } from './spirv-helpers.ts';
 
 // ---- PRNG ----------------------------------------------------------------------------------
 
-/** sfc32 seeded through splitmix32: reproducible per (seed, iteration). */
-export class Prng {
-  private a: number;
-  private b: number;
-  private c: number;
-  private d: number;
-
-  constructor(seed: number) {
-    let s = seed >>> 0;
-    const next = (): number => {
-      s = (s + 0x9e3779b9) >>> 0;
-      let z = s;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-      return (z ^ (z >>> 16)) >>> 0;
-    };
-    this.a = next();
-    this.b = next();
-    this.c = next();
-    this.d = next();
-    for (let i = 0; i < 12; i++) this.u32();
-  }
-
-  u32(): number {
-    const t = (((this.a + this.b) | 0) + this.d) | 0;
-    this.d = (this.d + 1) | 0;
-    this.a = this.b ^ (this.b >>> 9);
-    this.b = (this.c + (this.c << 3)) | 0;
-    this.c = (this.c << 21) | (this.c >>> 11);
-    this.c = (this.c + t) | 0;
-    return t >>> 0;
-  }
-
-  int(n: number): number {
-    return Math.floor((this.u32() / 0x1_0000_0000) * n);
-  }
-
-  chance(p: number): boolean {
-    return this.u32() < p * 0x1_0000_0000;
-  }
-
-  pick<T>(items: readonly T[]): T {
-    return items[this.int(items.length)]!;
-  }
-}
+import { Prng } from '../prng.ts';
+export { Prng };
 
 // ---- SPIR-V word-level helpers -----------------------------------------------------------------
 
