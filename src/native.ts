@@ -129,7 +129,9 @@ export interface VulkanAddon {
   /** Benchmark reference: a raw module run straight through Vulkan with pinned-memory transfers
    * (copies in, one dispatch, writable buffers copied back; results land in the given buffers). */
   vulkanDirectRun(job: { words: Uint32Array; buffers: ArrayBufferView[]; writable: boolean[]; push?: Uint8Array;
-    grid: [number, number, number]; reps?: number }): { wallNs: number[]; kernelNs: number[]; transferQueue: boolean };
+    grid: [number, number, number]; reps?: number;
+    /** The words are programPrepare's (rewritten): bind the control block (set 1) as the engine does. */
+    control?: boolean; entry?: string }): { wallNs: number[]; kernelNs: number[]; transferQueue: boolean; status: number };
   /** Queue a compile into a free slot (RangeError if in use). Completes 0, -EINVAL (refused or
    * compile failed: programInfo has the reason) or -ENODEV (no device open). */
   submitProgramCompile(job: ProgramCompileJob): number;

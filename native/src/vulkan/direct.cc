@@ -4,6 +4,10 @@
 // device-local buffers, one dispatch, the writable ones copied back — copies on the transfer
 // queue when the device has one, ordered by semaphores. Timed per repetition: wall time from
 // submit to fence, and the dispatch alone (timestamps). Synchronous (a benchmark tool).
+// With `control: true` the module is one the engine rewrote (programPrepare): it also binds the
+// rewrite's control block (set 1, binding 0: { cancel = 0, status }) as the engine does, so the
+// rewrite's cost is measured on exactly this path (bench/programs.ts); `entry` names the entry
+// point (default "main").
 #include <algorithm>
 #include <cstring>
 
@@ -19,7 +23,7 @@ namespace {
 struct Objects {
   Context* c = nullptr;
   VkShaderModule mod = VK_NULL_HANDLE;
-  VkDescriptorSetLayout dsl = VK_NULL_HANDLE;
+  VkDescriptorSetLayout dsl = VK_NULL_HANDLE, dsl1 = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkPipeline pipe = VK_NULL_HANDLE;
   VkDescriptorPool dpool = VK_NULL_HANDLE;
@@ -28,12 +32,14 @@ struct Objects {
   VkFence fence = VK_NULL_HANDLE;
   VkSemaphore sem[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
   std::vector<PoolBuf> host, dev;
+  Lane* lane = nullptr;  // its control block (control: true)
   ~Objects() {
     if (!c) return;
     const DeviceFns& f = c->fn;
     VkDevice d = c->device;
     for (PoolBuf& b : host) ReleasePoolBuf(*c, b);
     for (PoolBuf& b : dev) ReleasePoolBuf(*c, b);
+    if (lane) c->ReleaseLane(lane);
     f.vkDestroySemaphore(d, sem[0], nullptr);
     f.vkDestroySemaphore(d, sem[1], nullptr);
     f.vkDestroyFence(d, fence, nullptr);
@@ -44,6 +50,7 @@ struct Objects {
     f.vkDestroyPipeline(d, pipe, nullptr);
     f.vkDestroyPipelineLayout(d, layout, nullptr);
     f.vkDestroyDescriptorSetLayout(d, dsl, nullptr);
+    f.vkDestroyDescriptorSetLayout(d, dsl1, nullptr);
     f.vkDestroyShaderModule(d, mod, nullptr);
   }
 };
@@ -71,6 +78,9 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   int64_t reps = 1;
   if (!o.Get("reps").IsUndefined() && !addon::ValueInt(env, o.Get("reps"), "reps", 1, 1000, &reps))
     return env.Undefined();
+  const bool control = o.Get("control").ToBoolean().Value();
+  std::string entry = "main";
+  if (o.Get("entry").IsString()) entry = o.Get("entry").As<Napi::String>().Utf8Value();
   uint32_t grid[3];
   for (uint32_t i = 0; i < 3; i++) {
     int64_t g;
@@ -109,11 +119,18 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   dl.bindingCount = n;
   dl.pBindings = lb.data();
   if ((r = f.vkCreateDescriptorSetLayout(d, &dl, nullptr, &ob.dsl))) return vkfail("vkCreateDescriptorSetLayout", r);
+  if (control) {
+    VkDescriptorSetLayoutBinding cb{0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    dl.bindingCount = 1;
+    dl.pBindings = &cb;
+    if ((r = f.vkCreateDescriptorSetLayout(d, &dl, nullptr, &ob.dsl1))) return vkfail("vkCreateDescriptorSetLayout", r);
+  }
+  const VkDescriptorSetLayout setLayouts[2] = {ob.dsl, ob.dsl1};
   const uint32_t pushRange = uint32_t((pushLen + 3) & ~size_t(3));
   VkPushConstantRange pr{VK_SHADER_STAGE_COMPUTE_BIT, 0, pushRange};
   VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-  pl.setLayoutCount = 1;
-  pl.pSetLayouts = &ob.dsl;
+  pl.setLayoutCount = control ? 2 : 1;
+  pl.pSetLayouts = setLayouts;
   pl.pushConstantRangeCount = pushRange ? 1 : 0;
   pl.pPushConstantRanges = &pr;
   if ((r = f.vkCreatePipelineLayout(d, &pl, nullptr, &ob.layout))) return vkfail("vkCreatePipelineLayout", r);
@@ -121,7 +138,7 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
   ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   ci.stage.module = ob.mod;
-  ci.stage.pName = "main";
+  ci.stage.pName = entry.c_str();
   ci.layout = ob.layout;
   if ((r = f.vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &ci, nullptr, &ob.pipe)))
     return vkfail("vkCreateComputePipelines", r);
@@ -135,20 +152,28 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
     ob.dev.push_back(g);
     memcpy(h.map, data[i], lens[i]);
   }
-  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n};
+  // The control block is a lane's, as in the engine (the memory type a cancel word needs:
+  // device-local and host-visible on a GPU).
+  if (control) {
+    std::string err;
+    if (!(ob.lane = c.AcquireLane(&err))) return fail("lane: " + err);
+    ob.lane->controlWords[0] = ob.lane->controlWords[1] = 0;
+  }
+  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n + (control ? 1 : 0)};
   VkDescriptorPoolCreateInfo dp{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-  dp.maxSets = 1;
+  dp.maxSets = control ? 2 : 1;
   dp.poolSizeCount = 1;
   dp.pPoolSizes = &ps;
   if ((r = f.vkCreateDescriptorPool(d, &dp, nullptr, &ob.dpool))) return vkfail("vkCreateDescriptorPool", r);
-  VkDescriptorSet set;
+  VkDescriptorSet sets[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+  VkDescriptorSet& set = sets[0];
   VkDescriptorSetAllocateInfo da{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   da.descriptorPool = ob.dpool;
-  da.descriptorSetCount = 1;
-  da.pSetLayouts = &ob.dsl;
-  if ((r = f.vkAllocateDescriptorSets(d, &da, &set))) return vkfail("vkAllocateDescriptorSets", r);
-  std::vector<VkDescriptorBufferInfo> bi(n);
-  std::vector<VkWriteDescriptorSet> w(n);
+  da.descriptorSetCount = control ? 2 : 1;
+  da.pSetLayouts = setLayouts;
+  if ((r = f.vkAllocateDescriptorSets(d, &da, sets))) return vkfail("vkAllocateDescriptorSets", r);
+  std::vector<VkDescriptorBufferInfo> bi(n + 1);
+  std::vector<VkWriteDescriptorSet> w(n + 1);
   for (uint32_t i = 0; i < n; i++) {
     bi[i] = {ob.dev[i].buf, 0, lens[i]};
     w[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -158,7 +183,16 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
     w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     w[i].pBufferInfo = &bi[i];
   }
-  f.vkUpdateDescriptorSets(d, n, w.data(), 0, nullptr);
+  if (control) {
+    bi[n] = {ob.lane->control, 0, 8};
+    w[n] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    w[n].dstSet = sets[1];
+    w[n].dstBinding = 0;
+    w[n].descriptorCount = 1;
+    w[n].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    w[n].pBufferInfo = &bi[n];
+  }
+  f.vkUpdateDescriptorSets(d, n + (control ? 1 : 0), w.data(), 0, nullptr);
   if (c.info.timestamps) {
     VkQueryPoolCreateInfo qc{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qc.queryType = VK_QUERY_TYPE_TIMESTAMP;
@@ -217,7 +251,7 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
     f.vkCmdWriteTimestamp(comp, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, ob.qp, 0);
   }
   f.vkCmdBindPipeline(comp, VK_PIPELINE_BIND_POINT_COMPUTE, ob.pipe);
-  f.vkCmdBindDescriptorSets(comp, VK_PIPELINE_BIND_POINT_COMPUTE, ob.layout, 0, 1, &set, 0, nullptr);
+  f.vkCmdBindDescriptorSets(comp, VK_PIPELINE_BIND_POINT_COMPUTE, ob.layout, 0, control ? 2 : 1, sets, 0, nullptr);
   if (pushRange) {
     std::vector<uint8_t> pc(pushRange, 0);
     memcpy(pc.data(), push, pushLen);
@@ -225,6 +259,9 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   }
   f.vkCmdDispatch(comp, grid[0], grid[1], grid[2]);
   if (ob.qp) f.vkCmdWriteTimestamp(comp, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, ob.qp, 1);
+  if (control)  // the status word, for the host's read after the fence (the engine's barrier)
+    barrier(comp, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+            VK_ACCESS_HOST_READ_BIT);
   if (!xq) barrier(comp, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_TRANSFER_READ_BIT);
   for (uint32_t i = 0; i < n; i++) {
@@ -240,8 +277,10 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   }
 
   Napi::Array wall = Napi::Array::New(env), kern = Napi::Array::New(env);
+  uint32_t status = 0;  // the control block's status word, the highest seen (0: ran to the end)
   for (int64_t rep = 0; rep < reps; rep++) {
     f.vkResetFences(d, 1, &ob.fence);
+    if (control) ob.lane->controlWords[0] = ob.lane->controlWords[1] = 0;
     uint64_t t0 = NowNs();
     if (xq) {
       const VkPipelineStageFlags ws[2] = {VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT};
@@ -285,6 +324,7 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
     if ((r = f.vkWaitForFences(d, 1, &ob.fence, VK_TRUE, 120'000'000'000ull))) return vkfail("vkWaitForFences", r);
     uint64_t t1 = NowNs();
     wall.Set(uint32_t(rep), double(t1 - t0));
+    if (control) status = std::max(status, uint32_t(ob.lane->controlWords[1]));
     if (ob.qp) {
       uint64_t ts[2] = {0, 0};
       if (f.vkGetQueryPoolResults(d, ob.qp, 0, 2, sizeof ts, ts, 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
@@ -297,6 +337,7 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   res.Set("wallNs", wall);
   res.Set("kernelNs", kern);
   res.Set("transferQueue", xq);
+  res.Set("status", status);
   return res;
 }
 
