@@ -235,6 +235,11 @@ export class ProgramCache {
     for (const o of [...this.owners.keys()]) this.dropOwner(o);
   }
 
+  /** Drop every owner's programs but `keep`'s (a device reset keeps the host's built-ins). */
+  dropAllBut(keep: number): void {
+    for (const o of [...this.owners.keys()]) if (o !== keep) this.dropOwner(o);
+  }
+
   private ownerCache(owner: number): OwnerCache {
     let oc = this.owners.get(owner);
     if (!oc) {

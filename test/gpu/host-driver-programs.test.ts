@@ -13,6 +13,8 @@ import { GpuError } from '../../src/gpu/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR, PROG_REASON } from '../../src/gpu/spec.ts';
 import { rig, type Rig } from './helpers.ts';
+import { BUILTIN_OWNER, builtinKey, builtinWords } from '../../src/gpu/builtin-programs.ts';
+import { K } from '../../src/gpu/kernels.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -122,5 +124,36 @@ describe.skipIf(!haveBackend)('launchProgram on the Vulkan device', () => {
       r.ch.bind();
     }
     await r.ch.launchProgram(mod, { buffers, push });
+  });
+});
+
+describe.skipIf(!haveBackend)('a device reset and the program cache', () => {
+  let r: Rig;
+  beforeAll(() => {
+    r = rig({ programs: VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined) });
+  });
+  afterAll(() => r?.close());
+
+  // A reset (a pt client gone) forgets the guest's programs — the next tenant must compile its
+  // own — but keeps the host's built-ins compiled: recompiling them per client cost each first
+  // launch of a built-in ~0.1–0.2 s on the H100.
+  it("drops the guest's programs and keeps the built-ins", async () => {
+    const cache = r.engine.cp.programs!;
+    const compiled = (owner: number, key: string, words: () => Uint32Array): Promise<void> =>
+      new Promise((resolve) => {
+        const p = cache.lookup(owner, key, words, 0, new Uint32Array(0), () => resolve());
+        if (cache.ready(p)) resolve();
+      });
+    const vecadd = new Uint32Array(spirv('guest/programs/vecadd.spv').slice().buffer);
+    await compiled(BUILTIN_OWNER, builtinKey(K.NOP), () => builtinWords(K.NOP));
+    await compiled(1, 'guest-vecadd', () => vecadd);
+    expect(cache.stats.cached).toBe(2);
+    r.engine.reset();
+    expect(cache.stats.cached).toBe(1);
+    const c0 = cache.stats.compiles, h0 = cache.stats.hits;
+    await compiled(BUILTIN_OWNER, builtinKey(K.NOP), () => builtinWords(K.NOP));
+    expect([cache.stats.compiles - c0, cache.stats.hits - h0]).toEqual([0, 1]);
+    await compiled(1, 'guest-vecadd', () => vecadd);
+    expect(cache.stats.compiles - c0).toBe(1);
   });
 });
