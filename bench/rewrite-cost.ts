@@ -1,18 +1,21 @@
 // The loop rewrite's cost (hw-spec §6.3.5; goal ≤ 3 % on SGEMM): the same module run raw and as
 // the engine hands it to the driver (programPrepare: loop rewrite + index clamps), on one path —
-// vulkanDirectRun, which binds the rewrite's control block (set 1) the way the engine does
-// (a lane's control block), with the same buffers, copies and dispatch. Calls alternate raw /
-// rewritten; each call's first repetition (lavapipe compiles the shader at its first dispatch)
-// is dropped; the ratio is the median over rounds of (rewritten / raw) per round.
+// vulkanDirectRun with the rewrite's control block bound (set 1, a lane's, as in the engine; the
+// raw module ignores it), the same buffers, copies and dispatch. Each round is one call that
+// runs the modules in turn, repetition by repetition (the order rotates), so the two runs
+// compared are milliseconds apart on a noisy host; a call's first repetition (lavapipe compiles
+// at the first dispatch) is dropped and the fastest of the others kept (a shared host only ever
+// adds time). ratio = the median over rounds of rewritten / raw. Results are checked
+// bit-identical to the raw module's.
 // Modules: the guest SGEMM sample (build/spirv/guest/programs/sgemm.spv) and the built-in FMMUL
-// (native/shaders/builtins/fmmul.spv), which bench/programs.ts imports; run alone for a GPU host:
-//   node bench/rewrite-cost.ts [--n 1024] [--rounds 9] [--reps 4]   (prints JSON)
+// (native/shaders/builtins/fmmul.spv). bench/programs.ts imports this; run alone (a GPU host):
+//   node bench/rewrite-cost.ts [--n 1024] [--rounds 9] [--reps 4] [--device NAME]   (prints JSON)
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { native } from '../src/native.ts';
 import type { ProgramLimits } from '../src/gpu/programs.ts';
-import { median } from './lib/common.ts';
+import { median, quantile } from './lib/common.ts';
 
 export interface RewriteCase {
   module: string;
@@ -20,6 +23,9 @@ export interface RewriteCase {
   rounds: number;
   /** Median per-round ratio of the dispatch time (timestamps; wall where there are none). */
   ratio: number;
+  /** Quartiles of the per-round ratios: how far one round can be trusted on this host. */
+  ratioQuartiles: [number, number];
+  /** The same from the wall time of the whole submission (copies included). */
   ratioWall: number;
   rawMs: number;
   rewrittenMs: number;
@@ -39,11 +45,12 @@ function spvWords(root: string, rel: string): Uint32Array {
 }
 
 const u32s = (...v: number[]): Uint8Array => new Uint8Array(new Uint32Array(v).buffer);
+const min = (v: number[]): number => Math.min(...v);
 
 /** Needs an open Vulkan device (VulkanBackend.open). limits: the backend's (loopLimit decides
  * whether the loop-cut detection is added, as in the engine). */
 export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: number; rounds?: number; reps?: number } = {}): RewriteCase[] {
-  const n = opts.n ?? 256, rounds = opts.rounds ?? 7, reps = opts.reps ?? 3;
+  const n = opts.n ?? 256, rounds = opts.rounds ?? 9, reps = opts.reps ?? 3;
   const a = new Float32Array(n * n), b = new Float32Array(n * n);
   for (let i = 0; i < n * n; i++) { a[i] = ((i * 7) % 13) / 13 - 0.5; b[i] = ((i * 5) % 11) / 11 - 0.5; }
   const cases = [
@@ -55,39 +62,48 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
     const raw = spvWords(root, c.rel);
     const pp = native.programPrepare(raw, 0, new Uint32Array(0), limits);
     if (pp.reason !== 0 || !pp.words || !pp.entry) throw new Error(`${c.rel}: refused (${pp.reason}): ${pp.message}`);
-    const prepared = pp.words;
-    const cancelOnly = limits.loopLimit > 0 ? native.programPrepare(raw, 0, new Uint32Array(0), { ...limits, loopLimit: 0 }).words : undefined;
-    const cRaw = new Float32Array(n * n), cPrep = new Float32Array(n * n), cCancel = new Float32Array(n * n);
-    const run = (words: Uint32Array, dst: Float32Array, control: boolean) => {
-      const r = native.vulkanDirectRun({ words, buffers: [a, b, dst], writable: [false, false, true], push: c.push, grid: c.grid, reps: reps + 1, control, entry: control ? pp.entry!.name : 'main' });
-      if (control && r.status !== 0) throw new Error(`${c.rel}: the rewritten module reported status ${r.status}`);
-      const ts = r.kernelNs.length === r.wallNs.length && r.kernelNs.every((x) => x > 0);
-      return { k: median((ts ? r.kernelNs : r.wallNs).slice(1)), w: median(r.wallNs.slice(1)), ts };
-    };
-    const per: number[] = [], perWall: number[] = [], rawT: number[] = [], prepT: number[] = [], perCancel: number[] = [];
-    let ts = true;
-    run(raw, cRaw, false); // warm-up (allocations, caches)
-    for (let r = 0; r < rounds; r++) {
-      // Alternate which goes first, so neither always runs right after the other's compile.
-      const x = r % 2 === 0 ? run(raw, cRaw, false) : null;
-      const y = run(prepared, cPrep, true);
-      const z = x ?? run(raw, cRaw, false);
-      if (cancelOnly) perCancel.push(run(cancelOnly, cCancel, true).k / z.k);
-      ts = ts && z.ts && y.ts;
-      per.push(y.k / z.k);
-      perWall.push(y.w / z.w);
-      rawT.push(z.k);
-      prepT.push(y.k);
+    const entry = pp.entry.name;
+    const variants = [{ words: pp.words, entry }];
+    if (limits.loopLimit > 0) {
+      const co = native.programPrepare(raw, 0, new Uint32Array(0), { ...limits, loopLimit: 0 });
+      if (co.reason !== 0 || !co.words) throw new Error(`${c.rel}: refused without detection: ${co.message}`);
+      variants.push({ words: co.words, entry });
     }
-    for (const i of [0, n + 3, n * n - 1]) {
-      for (const [what, got] of cancelOnly ? [['rewritten', cPrep], ['cancel-only', cCancel]] as const : [['rewritten', cPrep]] as const)
-        if (got[i] !== cRaw[i]) throw new Error(`${c.rel}: ${what} result differs at ${i}: ${got[i]} vs ${cRaw[i]}`);
+    const job = { buffers: [a, b, new Float32Array(n * n)], writable: [false, false, true], push: c.push, grid: c.grid };
+    // Results: each module alone, compared with the raw one's.
+    const result = (words: Uint32Array, control: boolean): Float32Array => {
+      const dst = new Float32Array(n * n);
+      const r = native.vulkanDirectRun({ ...job, buffers: [a, b, dst], words, control, entry: control ? entry : 'main', reps: 1 });
+      if (r.status !== 0) throw new Error(`${c.rel}: the rewritten module reported status ${r.status}`);
+      return dst;
+    };
+    const ref = result(raw, false);
+    for (const [k, v] of variants.entries()) {
+      const got = result(v.words, true);
+      for (let i = 0; i < n * n; i++)
+        if (got[i] !== ref[i]) throw new Error(`${c.rel}: variant ${k} differs from the raw module at ${i}: ${got[i]} vs ${ref[i]}`);
+    }
+    const per: number[] = [], perWall: number[] = [], perCancel: number[] = [], rawT: number[] = [], prepT: number[] = [];
+    let ts = true;
+    for (let r = 0; r < rounds; r++) {
+      const res = native.vulkanDirectRun({ ...job, words: raw, control: true, entry: 'main', variants, reps: reps + 1 });
+      if (res.status !== 0) throw new Error(`${c.rel}: a rewritten module reported status ${res.status}`);
+      const runs = [{ wallNs: res.wallNs, kernelNs: res.kernelNs }, ...res.variants];
+      const hasTs = runs.every((x) => x.kernelNs.length === x.wallNs.length && x.kernelNs.every((k) => k > 0));
+      ts = ts && hasTs;
+      const k = runs.map((x) => min((hasTs ? x.kernelNs : x.wallNs).slice(1)));
+      const w = runs.map((x) => min(x.wallNs.slice(1)));
+      per.push(k[1]! / k[0]!);
+      perWall.push(w[1]! / w[0]!);
+      if (k.length > 2) perCancel.push(k[2]! / k[0]!);
+      rawT.push(k[0]!);
+      prepT.push(k[1]!);
     }
     out.push({
-      module: c.module, n, rounds, ratio: median(per), ratioWall: median(perWall), rawMs: median(rawT) / 1e6, rewrittenMs: median(prepT) / 1e6,
-      perRound: per.map((x) => Math.round(x * 10000) / 10000), words: { raw: raw.length, rewritten: prepared.length },
-      clock: ts ? 'timestamps' : 'wall',
-      ...(cancelOnly ? { cancelOnlyRatio: median(perCancel) } : {}),
+      module: c.module, n, rounds, ratio: median(per), ratioQuartiles: [quantile(per, 0.25), quantile(per, 0.75)], ratioWall: median(perWall), rawMs: median(rawT) / 1e6, rewrittenMs: median(prepT) / 1e6,
+      perRound: per.map((x) => Math.round(x * 10000) / 10000),
+      ...(perCancel.length ? { cancelOnlyRatio: median(perCancel) } : {}),
+      words: { raw: raw.length, rewritten: pp.words.length }, clock: ts ? 'timestamps' : 'wall',
     });
   }
   return out;
@@ -102,7 +118,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     const r = rewriteCost(repoRoot, backend.limits, {
       n: values.n ? Number(values.n) : undefined, rounds: values.rounds ? Number(values.rounds) : undefined, reps: values.reps ? Number(values.reps) : undefined,
     });
-    console.log(JSON.stringify({ device: backend.device, driver: backend.driver, loopLimit: backend.limits.loopLimit, cases: r }, null, 2));
+    console.log(JSON.stringify({ device: backend.device, driver: backend.driver, loopLimit: backend.limits.loopLimit, date: new Date().toISOString(), cases: r }, null, 2));
   } finally {
     backend.close();
   }

@@ -131,7 +131,10 @@ export interface VulkanAddon {
   vulkanDirectRun(job: { words: Uint32Array; buffers: ArrayBufferView[]; writable: boolean[]; push?: Uint8Array;
     grid: [number, number, number]; reps?: number;
     /** The words are programPrepare's (rewritten): bind the control block (set 1) as the engine does. */
-    control?: boolean; entry?: string }): { wallNs: number[]; kernelNs: number[]; transferQueue: boolean; status: number };
+    control?: boolean; entry?: string;
+    /** More modules on the same layout and buffers, run in turn with the main one every repetition. */
+    variants?: { words: Uint32Array; entry?: string }[] }): {
+    wallNs: number[]; kernelNs: number[]; transferQueue: boolean; status: number; variants: { wallNs: number[]; kernelNs: number[] }[] };
   /** Queue a compile into a free slot (RangeError if in use). Completes 0, -EINVAL (refused or
    * compile failed: programInfo has the reason) or -ENODEV (no device open). */
   submitProgramCompile(job: ProgramCompileJob): number;
