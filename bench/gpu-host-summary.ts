@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-interface Result { ok: boolean; total_us: number | null; exec_us: number | null; digest: string | null; detail: string }
+interface Result { ok: boolean; total_us: number | null; exec_us: number | null; digest: string | null; detail: string; stages_us?: Record<string, number> }
 interface Run { passed: number; failed: string[]; results: Record<string, Result> }
 
 const RUNS: [string, string][] = [
@@ -37,6 +37,7 @@ function records(text: string): Record<string, Result> {
       exec_us: stages?.Exec ?? null,
       digest: typeof r.digest === 'string' ? r.digest : null,
       detail: String(r.detail ?? r.error_detail ?? ''),
+      ...(stages ? { stages_us: stages } : {}),
     };
   }
   return out;
@@ -79,14 +80,32 @@ if (two !== null) {
     a: summarize(ra), b: summarize(rb), digest_equal_a_b_solo: equal, serve_errors: serveErrors ? serveErrors.split('\n') : [],
   };
 }
+// G-KVM Table IV's stages, CPU engine vs the GPU, from the same run (pt, the twin): ms per stage.
+const STAGES = ['Init', 'MemAlloc', 'DataInit', 'HtoD', 'KernConf', 'Exec', 'DtoH', 'DataRead', 'Close'];
+const cpu = (runs['pt, --engine native (CPU)'] as Run | undefined)?.results;
+const gpuRun = (runs['pt, --engine vulkan (staging to device memory)'] as Run | undefined)?.results;
+let stageTable = '';
+if (cpu && gpuRun) {
+  const rows = ['| benchmark | engine | ' + STAGES.join(' | ') + ' | total |', '|---|---|' + STAGES.map(() => '---:').join('|') + '|---:|'];
+  const ms = (v: number | undefined): string => (v === undefined ? '–' : v >= 100_000 ? (v / 1000).toFixed(0) : (v / 1000).toFixed(v >= 10_000 ? 1 : 2));
+  for (const b of Object.keys(cpu)) {
+    for (const [label, res] of [['CPU', cpu[b]], ['GPU', gpuRun[b]]] as const) {
+      if (!res?.stages_us) continue;
+      rows.push(`| ${b} | ${label} | ${STAGES.map((k) => ms(res.stages_us![k])).join(' | ')} | ${ms(res.total_us ?? undefined)} |`);
+    }
+  }
+  stageTable = rows.join('\n');
+}
 const doc = {
   device: values.device ?? `${gpu || 'unknown GPU'} (gpu.txt: name, driver)`,
   date: new Date().toISOString().slice(0, 10),
   bundle: values.bundle,
   how: 'bench/gpu-host-suite.sh: vugpu serve from the offline bundle driven by the native twin (guest driver core over vfio-user, no VM); sizes --large; this file by bench/gpu-host-summary.ts',
   runs,
+  stageTableMs: stageTable,
 };
 fs.writeFileSync(values.out, JSON.stringify(doc, null, 1) + '\n');
+if (stageTable) console.log(`\nper-stage ms, pt, CPU engine vs GPU (same run):\n${stageTable}\n`);
 for (const [k, v] of Object.entries(runs)) {
   const r = v as Run & { a?: Run; b?: Run };
   console.log(k, r.a ? `a ${r.a.passed} ok, failed [${r.a.failed}]; b ${r.b!.passed} ok, failed [${r.b!.failed}]` : `${r.passed} ok, failed [${r.failed}]`);
