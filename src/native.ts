@@ -285,6 +285,8 @@ export interface SpirvLimits {
   maxModuleBytes: number; maxBindings: number; maxPushBytes: number; maxSpecConstants: number;
   maxWgInvocations: number; maxWgSize: [number, number, number]; maxSharedBytes: number;
   features: number; loopLimit: number; subgroupSize: number;
+  /** Benchmark switch (program.h): the cancel word's load in the loop header; the engine never sets it. */
+  cancelLoadEarly?: number;
 }
 
 export interface SpirvPrepared {

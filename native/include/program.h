@@ -33,6 +33,10 @@ struct Limits {
   uint32_t maxSharedBytes = 32768;   // what the guest may use (the rewrite's own shared words excluded)
   uint32_t features = 0;             // Feature bits the device supports
   uint32_t loopLimit = 0;            // back-edges per subgroup per launch; 0 = no counting
+  // Benchmark switch (bench/rewrite-cost.ts; the engine leaves it 0): load the cancel word at the
+  // start of each iteration, in the loop header, and test it at the back-edge, so a GPU's L2
+  // round trip overlaps the body instead of stalling the branch. Stops within one more iteration.
+  uint32_t cancelLoadEarly = 0;
   uint32_t subgroupSize = 8;
 };
 

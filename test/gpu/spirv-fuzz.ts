@@ -425,8 +425,8 @@ export interface FuzzStats {
 const PAST_VALIDATOR = new Set<number>([R.OK, R.ENTRY_POINT, R.BINDING, R.PUSH_CONSTANTS, R.WORKGROUP_SIZE, R.SHARED_MEMORY, R.LOOP_FORM]);
 const REASON_NAME = Object.fromEntries(Object.entries(R).map(([k, v]) => [v, k]));
 
-function limitsFor(r: Prng): Limits {
-  const l = { ...LIMITS, maxWgSize: [...LIMITS.maxWgSize] as [number, number, number] };
+function limitsFor(r: Prng): Limits & { cancelLoadEarly?: number } {
+  const l: Limits & { cancelLoadEarly?: number } = { ...LIMITS, maxWgSize: [...LIMITS.maxWgSize] as [number, number, number] };
   l.loopLimit = r.chance(0.5) ? 65535 : r.chance(0.2) ? 1 + r.int(100) : 0;
   if (r.chance(0.2)) l.features = r.int(128);
   if (r.chance(0.1)) l.maxSharedBytes = r.int(40000);
@@ -434,6 +434,7 @@ function limitsFor(r: Prng): Limits {
   if (r.chance(0.1)) l.maxBindings = r.int(20);
   if (r.chance(0.1)) l.maxWgInvocations = 1 + r.int(2048);
   if (r.chance(0.1)) l.subgroupSize = r.pick([1, 4, 8, 32, 64]);
+  if (r.chance(0.25)) l.cancelLoadEarly = 1; // the benchmark's variant must be as sound
   return l;
 }
 

@@ -100,6 +100,20 @@ describe('programPrepare: accepted modules', () => {
     expect(text(GLSL.doWhile!, LAVAPIPE_CAP)).toMatch(doDetect);
   });
 
+  it('cancelLoadEarly (a benchmark switch) loads the cancel word in the loop header and keeps every check', () => {
+    for (const s of seeds)
+      for (const loopLimit of [0, LAVAPIPE_CAP]) {
+        const r = native.programPrepare(s.words, 0, new Uint32Array(0), { ...LIMITS, loopLimit, cancelLoadEarly: 1 });
+        expect(`${s.name}: ${r.reason} ${r.message}`).toBe(`${s.name}: 0 `);
+        expect(native.programValidate(r.words!), s.name).toBeNull();
+        expect(verifyRewrite(r.words!, { loopLimit, entryIndex: 0 }), s.name).toBeNull();
+      }
+    // the load follows the header's label (and OpPhis); the back-edge only compares
+    const text = disassemble(native.programPrepare(compileGlsl(GLSL.forLoop!, 'vulkan1.1'), 0, new Uint32Array(0), { loopLimit: 0, cancelLoadEarly: 1 }).words!);
+    expect(text).toMatch(/%(\w+) = OpLabel\s+%\w+ = OpAccessChain %\S+ %vugpu_control %uint_0\w*\s+%(\w+) = OpAtomicLoad[^\n]*\s+OpLoopMerge/);
+    expect(text).toMatch(/%(\w+) = OpIEqual %bool %\w+ %uint_0\w*\s+OpBranchConditional %\1 /);
+  });
+
   it('reports bindings (NonWritable on the variable or all members), push-constant and shared sizes', () => {
     for (const target of ['vulkan1.0', 'vulkan1.1', 'spirv1.5'] as const) {
       const { entry } = accepted(compileGlsl(GLSL.pushAndBindings!, target));

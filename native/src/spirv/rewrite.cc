@@ -12,6 +12,8 @@
 //   entry returns  status = loop_cut ? 2 : cancel != 0 ? 1 : 0; if nonzero, atomicMax into
 //                  control.status inside a small selection construct before the OpReturn.
 //   OpUnreachable  becomes a return (an early loop exit may now reach a block that was unreachable).
+//   (Limits::cancelLoadEarly, a benchmark switch: the atomic load moves to the loop header, after
+//   its OpPhis — the header dominates the back-edge — and only the compare stays at the back-edge.)
 //
 // Loop-cut detection (loopLimit > 0). lavapipe ends a loop when a limiter shared by all loops of a
 // SIMD group reaches 0, at the end of a pass, as if the loop had exited — and passes run with every
@@ -153,6 +155,7 @@ class Rewriter {
     return i ? m_.at(*i, k) : 0;
   }
   uint32_t cancelledNot(Words& v);  // bool: cancel word == 0
+  std::unordered_map<uint32_t, uint32_t> earlyLoad_;  // header label → its cancel word load (cancelLoadEarly)
   void declareGlobals();
   void emitStatus(Words& v);
   Failure rewriteFunction(const Function& f);
@@ -289,6 +292,26 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     return it != pos.end() && it->second <= p && loopOfHeader.count(target);
   };
   const bool detectHere = detect_ && (!loops.empty() || isEntry);
+  // The back-edge's "cancel == 0" (its load in the header with cancelLoadEarly).
+  auto backEdgeOk = [&](Words& v, uint32_t header) -> uint32_t {
+    if (!lim_.cancelLoadEarly) return cancelledNot(v);
+    uint32_t& cw = earlyLoad_[header];
+    if (!cw) {
+      const Block& hb = f.blocks[pos[header]];
+      uint32_t at = hb.first + 1;
+      while (at < hb.term && (m_.insts[at].op == SpvOpPhi || m_.insts[at].op == SpvOpLine ||
+                              m_.insts[at].op == SpvOpNoLine))
+        ++at;
+      uint32_t pc = fresh();
+      cw = fresh();
+      Words& h = before_[at];
+      Emit(h, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
+      Emit(h, SpvOpAtomicLoad, {tUint_, cw, pc, cScope_, c0_});
+    }
+    uint32_t ok = fresh();
+    Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
+    return ok;
+  };
   // Blocks that already have a structural role (merge or continue targets, loop headers): a new
   // OpSelectionMerge may not name them.
   std::unordered_set<uint32_t> structural;
@@ -382,7 +405,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
       uint32_t target = m_.at(t, 1);
       if (isBackTarget(target, p)) {
         uint32_t merge = loops[loopOfHeader[target]].merge;
-        uint32_t ok = cancelledNot(v);
+        uint32_t ok = backEdgeOk(v, target);
         fin.clear();
         Emit(fin, SpvOpBranchConditional, {ok, target, merge});
         newEdges.push_back({merge, b.label});
@@ -395,7 +418,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
         backEdge = true;
         uint32_t header = h1 ? t1 : t2;
         uint32_t merge = loops[loopOfHeader[header]].merge;
-        uint32_t ok = cancelledNot(v);
+        uint32_t ok = backEdgeOk(v, header);
         fin.clear();
         if (t1 == t2) {
           Emit(fin, SpvOpBranchConditional, {ok, header, merge});
