@@ -15,6 +15,7 @@
 //     drain, write the last checkpoint, hand over through the keeper, exit. The pause is logged.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { logger } from '../log.ts';
 import { native } from '../native.ts';
@@ -26,7 +27,7 @@ import {
   DOORBELL, MMU_FAULT_STATUS, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING, PFIFO_INTR, PMC_INTR, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE,
 } from '../gpu/spec.ts';
 import { WAIT_ACQUIRE, WAIT_NONE, type ChannelState } from '../gpu/channel.ts';
-import { CheckpointError, Checkpointer, CheckpointStore, decodeCheckpoint } from './checkpoint.ts';
+import { CheckpointError, Checkpointer, CheckpointStore, decodeCheckpoint, encodeCheckpoint } from './checkpoint.ts';
 import { Journal, JournalError, JOURNAL_SLOTS, monoMs, type RequestId } from './journal.ts';
 import { KeeperClient, KeeperRefused, type Attached } from './keeper-client.ts';
 import { SystemdFdStore } from './fdstore.ts';
@@ -34,6 +35,39 @@ import { checkpointVms, endpointState, fdNames, resumeAll, restoreAll, saveAll, 
 import { StateError } from './plain.ts';
 
 export const CHECKPOINT_FD = 'checkpoint';
+
+/**
+ * Run the device-model, aggregator, engine and checkpoint code once on a throwaway server (its
+ * own temporary sockets, 32 MiB of VRAM, the native engine, logs off) while this successor or
+ * standby waits for its turn. In a fresh Node process that code is parsed and compiled when it
+ * first runs, and on a loaded 2-core host that was half of an upgrade's pause (docs/results.md,
+ * "Surviving a restart"). A warm-up that fails costs only its time.
+ */
+function warmUp(opts: VugpuOptions): void {
+  const t0 = performance.now();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-warm-'));
+  const level = logger.level;
+  logger.level = 'silent';
+  let v: Vugpu | undefined;
+  try {
+    const vms = opts.vms.slice(0, 4).map((vm, i) => ({
+      ...vm, name: `warm${i}`, socket: path.join(dir, `${i}.sock`), slice: vm.mode === 'pt' ? undefined : 4 << 20,
+    }));
+    v = new Vugpu({ vms, vramSize: 32 << 20, engine: 'native', channels: opts.channels, watchdogMs: opts.watchdogMs, policy: opts.policy, policyConfig: opts.policyConfig });
+    decodeCheckpoint(encodeCheckpoint(1, { vugpu: saveAll(v) }));
+  } catch {
+    // only a warm-up
+  } finally {
+    try {
+      v?.close();
+    } catch {
+      // only a warm-up
+    }
+    logger.level = level;
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  logger.info({ ms: Math.round(performance.now() - t0) }, 'warmed up the adoption path');
+}
 export const JOURNAL_FD = 'journal';
 
 export interface PersistOptions {
@@ -197,8 +231,11 @@ export class RestartableServer {
       const standby = standbyOf > 0;
       delete process.env.VUGPU_STANDBY;
       try {
+        // A successor's hello starts the handover: warm up before it, not during the pause.
+        if (p.successor) warmUp(opts);
         const hello = await k.hello(p.successor ? 'successor' : standby ? 'standby' : 'server', standby ? standbyOf : undefined);
         if ('waiting' in hello && standby) {
+          warmUp(opts);
           logger.info({ server: hello.waiting, pid: process.pid }, 'standby: waiting to take over if the server dies');
           try {
             attached = await k.adopted(0);
