@@ -151,6 +151,9 @@ describe('device-memory path (forced on the test device)', () => {
     // Channel B runs LOOP for up to 5 s (launch after launch); the device is lost under it.
     const chB = r.drv.createChannel(r.vm);
     const rec = r.vram(4096);
+    // LOOP compiled first: on a busy host its compile can outlast the 300 ms below, and a loss
+    // before the first dispatch is survived by design (the plan then runs on the rebuilt device).
+    await chB.launch(K.LOOP, [{ va: rec.va, length: 24 }], params(['u64', 1000n], ['u64', 0n], ['u32', 1]));
     const loop = chB.launch(K.LOOP, [{ va: rec.va, length: 24 }], params(['u64', 0n], ['u64', 5_000_000_000n], ['u32', 1]));
     const outcome = loop.then(() => null, (e: unknown) => e);
     await new Promise((res) => setTimeout(res, 300));
