@@ -13,6 +13,7 @@ import type { ClassContext } from './step.ts';
 /** The program cache's owner of the built-ins: host code, shared by every channel. */
 export const BUILTIN_OWNER = -1;
 const ECANCELED = 125;
+const ENODEV = 19;
 const EINVAL = 22;
 
 const modules = new Map<string, Uint32Array>();
@@ -64,6 +65,8 @@ export interface PlanRun {
 export function runPlan(r: PlanRun, watchdogMs: number, done: (res: JobResult) => void): number {
   const { plan, ch } = r;
   const started = process.hrtime.bigint();
+  // A device lost (and rebuilt) between two dispatches of the plan loses the launch too.
+  const generation = r.backend.generation?.();
   let index = 0;
   let repeats = 0;
   let deviceNs = 0;
@@ -79,15 +82,27 @@ export function runPlan(r: PlanRun, watchdogMs: number, done: (res: JobResult) =
       index++;
       repeats = 0;
     }
-    const timeUp = plan.timeLimitNs !== undefined && process.hrtime.bigint() - started >= plan.timeLimitNs;
+    const elapsed = process.hrtime.bigint() - started;
+    const timeUp = plan.timeLimitNs !== undefined && elapsed >= plan.timeLimitNs;
     if (index >= plan.dispatches.length || (timeUp && repeats > 0)) {
       setImmediate(() => finish({ status: 0, deviceNs: 0, timedOut: false }));
+      return ch.job;
+    }
+    // The watchdog bounds the launch, not each dispatch of its plan: an endless LOOP is a chain
+    // of dispatches that each end in time.
+    const leftMs = watchdogMs > 0 ? watchdogMs - Number(elapsed) / 1e6 : 0;
+    if (watchdogMs > 0 && leftMs <= 0) {
+      setImmediate(() => finish({ status: 0, deviceNs: 0, timedOut: true }));
+      return ch.job;
+    }
+    if (generation !== undefined && (index > 0 || repeats > 0) && r.backend.generation!() !== generation) {
+      setImmediate(() => finish({ status: -ENODEV, deviceNs: 0, timedOut: false }));
       return ch.job;
     }
     const d = plan.dispatches[index]!;
     repeats++;
     const job = { slot: r.program.slot, windows: r.windows, lengths: r.lengths, params: d.push, grid: d.grid, builtin: true, panelRowBytes: d.panelRowBytes };
-    const id = r.backend.dispatch(job, watchdogMs, (res) => {
+    const id = r.backend.dispatch(job, watchdogMs > 0 ? Math.max(1, Math.ceil(leftMs)) : 0, (res) => {
       deviceNs += res.deviceNs;
       if (res.status !== 0 || res.timedOut) return finish(res);
       if (ch.job !== id) return finish({ status: -ECANCELED, deviceNs: 0, timedOut: false }); // stopped meanwhile

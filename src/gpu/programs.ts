@@ -76,6 +76,8 @@ export interface ProgramBackend {
    * device pins pages but only copies from them), 'fresh' (it pins and binds them: a new private
    * window per launch). Absent = 'private'. */
   readonly readOnlyWindows?: ReadOnlyWindows;
+  /** Bumped when the device is lost and rebuilt (a multi-dispatch launch that spans it fails). */
+  generation?(): number;
   /** Check, rewrite and compile into `slot`; status 0 = ready, -EINVAL = refused (see info). */
   compile(slot: number, words: Uint32Array, entryIndex: number, spec: Uint32Array, done: (r: JobResult) => void): number;
   info(slot: number): CompiledInfo;

@@ -106,6 +106,10 @@ export class VulkanBackend implements ProgramBackend {
     native.programRelease(slot);
   }
 
+  generation(): number {
+    return native.vulkanStats().generation;
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;

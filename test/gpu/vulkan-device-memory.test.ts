@@ -206,3 +206,32 @@ describe('FMMUL GPU form, zero-copy', () => {
     for (const n of [4, 8, 96, 128, 132, 256, 97]) await engineFmmul(r, n, 'vram', 100 + n);
   });
 });
+
+// The SPIR-V LOOP runs as a chain of dispatches (each under lavapipe's loop cap): the watchdog
+// must bound the launch, not each dispatch — an endless LOOP used to run on for ever (found by
+// the hostile guest's endless-kernel attack on `serve --engine vulkan`).
+describe('built-ins on the Vulkan device: the watchdog', () => {
+  let r: Rig;
+  let backend: VulkanBackend;
+  beforeAll(() => {
+    backend = VulkanBackend.open(DEVICE);
+    r = rig({ programs: backend, builtinsOnPrograms: true, vramSize: 16 << 20 });
+  });
+  afterAll(() => {
+    r?.close();
+    backend?.close();
+  });
+
+  it('ends an endless LOOP launch with WATCHDOG in about the watchdog time; the channel is in error', async () => {
+    const out = r.vram(64);
+    await r.ch.launch(K.LOOP, [buf(out)], params(['u64', 1000n], ['u64', 0n], ['u32', 1])); // compiled first
+    r.engine.watchdogMs = 400;
+    const t0 = performance.now();
+    const e = await r.ch.launch(K.LOOP, [buf(out)], params(['u64', 1n << 62n], ['u64', 0n], ['u32', 1])).then(() => null, (err: unknown) => err);
+    const ms = performance.now() - t0;
+    expect(e).toBeInstanceOf(GpuError);
+    expect((e as GpuError).code).toBe(CHAN_ERR.WATCHDOG);
+    expect(ms).toBeGreaterThan(390);
+    expect(ms).toBeLessThan(5000);
+  });
+});
