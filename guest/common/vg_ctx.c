@@ -719,6 +719,10 @@ int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 	init[2] = VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1);
 	init[3] = VG_CLASS_COPY;
 	ret = vg_ctx_submit(c, init, 4, 0, &seq);
+	/* the device restarted while this channel was new (ENGINE_LOST, hw-spec §8.2): only the
+	 * class binds were lost; the next submission rebinds the channel and binds them again */
+	if (ret == -EIO && READ_ERR(c) == VG_CERR_ENGINE_LOST)
+		ret = vg_ctx_submit(c, init, 4, 0, &seq);
 	if (ret) {
 		vg_ctx_destroy(c);
 		return ret;
