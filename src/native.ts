@@ -300,6 +300,8 @@ export interface SpirvPrepared {
     bindings: { binding: number; writable: boolean }[];  // set 0 bindings the entry point uses
   };
   words?: Uint32Array;
+  /** Loop headers (label ids) left without a cancel check: small constant loops, loopLimit 0 only. */
+  uncheckedLoops?: Uint32Array;
 }
 
 const require = createRequire(import.meta.url);

@@ -68,10 +68,14 @@ struct Prepared {
   std::string message;              // one readable sentence for logs when refused
   EntryInfo entry;
   std::vector<uint32_t> words;      // the rewritten, re-validated module (empty when refused)
+  // Loop headers (label ids) left without a cancel check: small constant trip counts, with
+  // loopLimit == 0 only (the rewrite's comment in native/src/spirv/rewrite.cc).
+  std::vector<uint32_t> uncheckedLoops;
 };
 
 // Check (validator + capability/extension/instruction allow-lists + limits), rewrite every loop
-// (cancel word; and a per-subgroup back-edge count when lim.loopLimit > 0), validate the result.
+// (cancel word; and a per-subgroup back-edge count when lim.loopLimit > 0; with loopLimit 0,
+// small constant loops are left alone: uncheckedLoops), validate the result.
 // Thread-safe and never throws: any input gives a Prepared.
 Prepared prepare(const uint32_t* words, size_t count, uint32_t entryIndex,
                  const SpecValue* spec, size_t nspec, const Limits& lim);

@@ -7,7 +7,7 @@
 //     same seed + iteration replays the same input) with a known reason and a message;
 //   - an accepted module's rewritten words pass SPIRV-Tools again (programValidate), pass the
 //     independent structural check below (verifyRewrite: no cycle of the CFG avoids an
-//     instrumented back-edge, every return of the entry point reports a stop, loop tags), and
+//     instrumented back-edge but a small constant loop's, re-proven here, with loopLimit 0, every return of the entry point reports a stop, loop tags), and
 //     its entry info is within the limits;
 //   - "rewritten module failed validation" never happens (that is a front-end bug);
 //   - the same input gives the same answer (checked on a sample).
@@ -199,11 +199,27 @@ const Op = {
 
 const TERMINATORS = new Set<number>([Op.Branch, Op.BranchConditional, Op.Switch, Op.Return, Op.ReturnValue, Op.Unreachable, 252, 4416]);
 
+
+/** The rewrite leaves loops of at most this many iterations (with their unchecked enclosing
+ *  ones, multiplied) unchecked when loopLimit is 0 (native/src/spirv/rewrite.cc). */
+export const SMALL_TRIPS = 256;
+
+const CMP: Record<number, (a: number, b: number) => boolean> = {
+  170: (a, b) => a === b, 171: (a, b) => a !== b,  // OpIEqual, OpINotEqual
+  172: (a, b) => a > b, 173: (a, b) => (a | 0) > (b | 0), 174: (a, b) => a >= b, 175: (a, b) => (a | 0) >= (b | 0),
+  176: (a, b) => a < b, 177: (a, b) => (a | 0) < (b | 0), 178: (a, b) => a <= b, 179: (a, b) => (a | 0) <= (b | 0),
+};
+// Words of an instruction that are literals, never ids (from this index on), for the ops that
+// can sit in a function and carry literals next to ids.
+const LITERALS_FROM: Record<number, number> = { 8: 2, 61: 4, 62: 3, 79: 5, 81: 4, 82: 5, 246: 3, 247: 2 };
+
 /** Checks what the rewrite promises, from the output alone: returns null or what is wrong.
  *  - exactly one control variable (set 1, binding 0) and no OpUnreachable;
  *  - every cycle of every function's CFG passes through a back-edge whose branch condition is an
  *    AND-tree containing (atomic load of control.cancel) == 0 (Kahn's algorithm after removing
- *    those edges leaves nothing);
+ *    those edges leaves nothing); with loopLimit 0, an unchecked back-edge (a plain OpBranch to
+ *    its header) is cut too when this file proves the loop's trip count constant (smallTrips) and
+ *    its product with those of the enclosing unchecked loops ≤ SMALL_TRIPS;
  *  - every return of the entry point is the merge of a selection whose arm does
  *    atomicMax(control.status);
  *  - with loop-cut detection (loopLimit > 0): every loop merge block starts with a check of the
@@ -211,8 +227,9 @@ const TERMINATORS = new Set<number>([Op.Branch, Op.BranchConditional, Op.Switch,
  *    constant (a store of it, or of a select naming it, in the block or in a block split off the
  *    edge), and every other predecessor of a merge block except a cancel exit writes the tag. */
 export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIndex: number }): string | null {
-  const insts = instructions(w);
-  if (!insts) return 'bad framing';
+  const framed = instructions(w);
+  if (!framed) return 'bad framing';
+  const insts: Inst[] = framed;
   const def = new Map<number, Inst>();
   const consts = new Map<number, number>();
   const intWidth = new Map<number, number>();
@@ -267,6 +284,148 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
     } else out.push(id);
   };
 
+
+  const const32 = (id: number): number | undefined => {
+    const d = def.get(id);
+    if (!d || d.op !== Op.Constant || d.wc !== 4 || intWidth.get(word(d, 1)) !== 32) return undefined;
+    return word(d, 3);
+  };
+  // Headers whose back-edge may stay unchecked: constant trip count, product with the enclosing
+  // such loops ≤ SMALL_TRIPS. Everything not proven is left out (and then fails the cycle check).
+  function smallLoops(f: { id: number; blocks: { label: number; start: number; end: number }[] },
+    headers: Map<number, number>, index: Map<number, number>): Map<number, number> {
+    const targets = (k: number): number[] => {
+      const t = insts[f.blocks[k]!.end]!;
+      if (t.op === Op.Branch) return [word(t, 1)];
+      if (t.op === Op.BranchConditional) return [word(t, 2), word(t, 3)];
+      if (t.op === Op.Switch) { const o: number[] = []; for (let i = 2; i < t.wc; i++) if (index.has(word(t, i))) o.push(word(t, i)); return o; }
+      return [];
+    };
+    const preds = new Map<number, number[]>();
+    f.blocks.forEach((_, k) => { for (const x of targets(k)) if (index.has(x)) preds.set(x, [...(preds.get(x) ?? []), k]); });
+    const fnStart = f.blocks[0]?.start ?? 0, fnEnd = f.blocks.at(-1)?.end ?? 0;
+    const inBlock = (d: Inst | undefined, k: number) => {
+      if (!d) return false;
+      const i = insts.indexOf(d);
+      return i > f.blocks[k]!.start && i < f.blocks[k]!.end;
+    };
+    const bodyOf = (h: number, m: number): Set<number> => {
+      const body = new Set<number>([index.get(h)!]);
+      const work = [index.get(h)!];
+      while (work.length) for (const x of targets(work.pop()!)) {
+        const j = index.get(x);
+        if (j !== undefined && x !== m && !body.has(j)) { body.add(j); work.push(j); }
+      }
+      return body;
+    };
+    const trips = (h: number, m: number, body: Set<number>): number | undefined => {
+      const hk = index.get(h)!, hb = f.blocks[hk]!;
+      const lm = insts[hb.end - 1]!;
+      const cont = word(lm, 2), ck = index.get(cont);
+      if (ck === undefined || cont === h) return undefined;
+      const ct = insts[f.blocks[ck]!.end]!;
+      if (ct.op !== Op.Branch || word(ct, 1) !== h) return undefined;
+      const hp = preds.get(h) ?? [];
+      const outside = hp.filter((p) => !body.has(p));
+      if (hp.length !== 2 || outside.length !== 1 || !hp.includes(ck)) return undefined;
+      const pre = outside[0]!;
+      let xk = hk;
+      const ht = insts[hb.end]!;
+      if (ht.op === Op.Branch) {
+        const y = word(ht, 1), yk = index.get(y);
+        if (yk === undefined || !body.has(yk) || y === cont || y === m || (preds.get(y) ?? []).length !== 1) return undefined;
+        xk = yk;
+      }
+      const xt = insts[f.blocks[xk]!.end]!;
+      if (xt.op !== Op.BranchConditional || (word(xt, 2) === m) === (word(xt, 3) === m)) return undefined;
+      const stay = word(xt, 3) === m;
+      const c = def.get(word(xt, 1));
+      if (!c || !(c.op in CMP)) return undefined;
+      let bound = const32(word(c, 4)), iv = word(c, 3), left = true;
+      if (bound === undefined) { bound = const32(word(c, 3)); iv = word(c, 4); left = false; }
+      if (bound === undefined) return undefined;
+      const d = def.get(iv);
+      if (!d) return undefined;
+      const stepOf = (id: number, isX: (x: number) => boolean): number | undefined => {
+        const e = def.get(id);
+        if (!e || e.wc !== 5) return undefined;
+        const a = word(e, 3), b = word(e, 4);
+        if (e.op === Op.IAdd && isX(a) && const32(b) !== undefined) return const32(b);
+        if (e.op === Op.IAdd && isX(b) && const32(a) !== undefined) return const32(a);
+        if (e.op === 130 /* OpISub */ && isX(a) && const32(b) !== undefined) return (0 - const32(b)!) >>> 0;
+        return undefined;
+      };
+      let init: number | undefined, step: number | undefined;
+      if (d.op === 245 /* OpPhi */) {
+        if (!inBlock(d, hk) || d.wc !== 7) return undefined;
+        const pairs = [[word(d, 3), word(d, 4)], [word(d, 5), word(d, 6)]];
+        const a = pairs.find((p) => p[1] === f.blocks[pre]!.label), b = pairs.find((p) => p[1] === cont);
+        if (!a || !b || a === b) return undefined;
+        init = const32(a[0]!);
+        step = stepOf(b[0]!, (x) => x === iv);
+      } else if (d.op === Op.Load) {
+        if (!inBlock(d, xk)) return undefined;
+        const v = word(d, 3), vd = def.get(v);
+        const vi = vd ? insts.indexOf(vd) : -1;
+        if (!vd || vd.op !== Op.Variable || word(vd, 3) !== 7 /* Function */ || vi < fnStart - 1 || vi > fnEnd) return undefined;
+        const g = grammar();
+        const stores: number[] = [];
+        for (let i = fnStart; i <= fnEnd; i++) {
+          const s = insts[i]!;
+          if (s.op === Op.Load && word(s, 3) === v) continue;
+          if (s.op === Op.Store && word(s, 1) === v && word(s, 2) !== v) { stores.push(i); continue; }
+          const shape = g.get(s.op);
+          const from = (shape?.type ? 1 : 0) + (shape?.result ? 1 : 0) + 1;
+          const to = LITERALS_FROM[s.op] ?? s.wc;
+          for (let k2 = from; k2 < to; k2++) if (word(s, k2) === v) return undefined;
+        }
+        const within = (i: number, k: number) => i > f.blocks[k]!.start && i < f.blocks[k]!.end;
+        const a = stores.find((i) => within(i, pre)), b = stores.find((i) => within(i, ck));
+        if (stores.length !== 2 || a === undefined || b === undefined) return undefined;
+        init = const32(word(insts[a]!, 2));
+        step = stepOf(word(insts[b]!, 2), (x) => {
+          const l = def.get(x);
+          const li = l ? insts.indexOf(l) : -1;
+          return !!l && l.op === Op.Load && word(l, 3) === v && within(li, ck) && li < b;
+        });
+      }
+      if (init === undefined || step === undefined) return undefined;
+      // calls into functions with loops would multiply the bound: none allowed (conservative:
+      // any call whose callee has an OpLoopMerge anywhere, or calls further)
+      for (const k of body)
+        for (let i = f.blocks[k]!.start; i < f.blocks[k]!.end; i++)
+          if (insts[i]!.op === 57 /* OpFunctionCall */ && loopFns.has(word(insts[i]!, 3))) return undefined;
+      const holds = (x: number) => CMP[c.op]!(left ? x : bound!, left ? bound! : x) === stay;
+      let n = 0;
+      for (let x = init; holds(x); x = (x + step) >>> 0) if (++n > SMALL_TRIPS) return undefined;
+      return n;
+    };
+    const found = new Map<number, number>();
+    const loops = [...headers].map(([h, m]) => ({ h, body: bodyOf(h, m), n: trips(h, m, bodyOf(h, m)) }))
+      .sort((a, b) => index.get(a.h)! - index.get(b.h)!);
+    for (const l of loops) {
+      if (l.n === undefined) continue;
+      let product = l.n;
+      for (const o of loops) if (o !== l && found.has(o.h) && o.body.has(index.get(l.h)!)) product *= Math.max(o.n!, 1);
+      if (product <= SMALL_TRIPS) found.set(l.h, l.n);
+    }
+    return found;
+  }
+  // Functions with a loop, or calling one (transitively).
+  const loopFns = new Set<number>();
+  {
+    const calls = new Map<number, number[]>();
+    let cur = -1;
+    for (const ins of insts) {
+      if (ins.op === Op.Function) cur = word(ins, 2);
+      else if (ins.op === Op.LoopMerge) loopFns.add(cur);
+      else if (ins.op === 57) calls.set(cur, [...(calls.get(cur) ?? []), word(ins, 3)]);
+    }
+    for (let grew = true; grew;) {
+      grew = false;
+      for (const [fid, cs] of calls) if (!loopFns.has(fid) && cs.some((x) => loopFns.has(x))) { loopFns.add(fid); grew = true; }
+    }
+  }
   interface Blk { label: number; start: number; end: number }
   interface Fn { id: number; blocks: Blk[] }
   let fn: Fn | null = null;
@@ -294,6 +453,9 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
       const prev = insts[b.end - 1]!;
       if (b.end - 1 > b.start && prev.op === Op.LoopMerge) headers.set(b.label, word(prev, 1));
     }
+    // Unchecked small loops (loopLimit 0): header label → trip count, proven here from the
+    // output words alone: the same pattern as the rewrite's (Rewriter::constTrip), written anew.
+    const small = opts.loopLimit === 0 ? smallLoops(f, headers, index) : new Map<number, number>();
     const succ: number[][] = f.blocks.map(() => []);
     const cancelExits = new Set<string>();  // "from→merge" edges that only a cancel takes
     const targetsOf = (k: number): number[] => {
@@ -324,6 +486,8 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
           }
         }
       }
+      // an unchecked back-edge of a proven small loop: not a cycle edge either
+      if (t.op === Op.Branch && small.has(word(t, 1)) && index.get(word(t, 1))! <= k) targets = [];
       for (const x of targets) {
         const j = index.get(x);
         if (j !== undefined) succ[k]!.push(j);
@@ -417,6 +581,7 @@ export interface FuzzStats {
   byReason: Record<string, number>;
   byMutation: Record<string, { runs: number; accepted: number }>;
   validatorPassedInputs: number;  // inputs that certainly passed the validator (accepted, or refused by the analysis)
+  uncheckedLoops: number;  // accepted modules with small constant loops left unchecked (loopLimit 0)
   findings: { iteration: number; problem: string; mutations: string[] }[];
   ms: number;
 }
@@ -443,7 +608,7 @@ export function fuzz(
   opts: { iterations: number; seed: number; onProgress?: (i: number, s: FuzzStats) => void; progressEvery?: number },
 ): FuzzStats {
   const stats: FuzzStats = {
-    iterations: 0, accepted: 0, byReason: {}, byMutation: {}, validatorPassedInputs: 0, findings: [], ms: 0,
+    iterations: 0, accepted: 0, byReason: {}, byMutation: {}, validatorPassedInputs: 0, uncheckedLoops: 0, findings: [], ms: 0,
   };
   for (const m of MUTATION_NAMES) stats.byMutation[m] = { runs: 0, accepted: 0 };
   const t0 = performance.now();
@@ -470,6 +635,7 @@ export function fuzz(
       if (res.reason === 0) stats.byMutation[m]!.accepted++;
     }
     if (res.reason === 0) stats.accepted++;
+    if (res.reason === 0 && res.uncheckedLoops?.length) stats.uncheckedLoops++;
     let p = problem;
     if (!p && it % 97 === 0) {
       const again = native.programPrepare(w, entry, spec, lim);
@@ -506,6 +672,8 @@ function check(res: Prepared, input: Uint32Array, entry: number, lim: Limits): s
     const b = e.bindings[k]!;
     if (b.binding >= lim.maxBindings || (k > 0 && b.binding <= e.bindings[k - 1]!.binding)) return 'bad bindings';
   }
+  // every loop must be checked where the device cuts loops (the detection needs them all)
+  if (lim.loopLimit > 0 && res.uncheckedLoops?.length) return 'unchecked loops with loop-cut detection';
   const s = verifyRewrite(res.words, { loopLimit: lim.loopLimit, entryIndex: entry });
   if (s) return `structure: ${s}`;
   if (res.words.length < input.length) return 'rewritten module shorter than the input';

@@ -4,9 +4,11 @@
 // it reports; specialization; entry points.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
+import fs from 'node:fs';
+import path from 'node:path';
 import { verifyRewrite } from './spirv-fuzz.ts';
 import {
-  ASM, GLSL, LIMITS, R, assemble, buildSeeds, compileGlsl, disassemble, optimize, prepare, spirvVal,
+  ASM, GLSL, LIMITS, R, assemble, buildSeeds, compileGlsl, disassemble, optimize, prepare, repoRoot, spirvVal,
 } from './spirv-helpers.ts';
 
 const LAVAPIPE_CAP = 65535;
@@ -212,5 +214,111 @@ describe('programPrepare: accepted modules', () => {
     expect(() => native.programPrepare(words, 0, new Uint32Array(3), {})).toThrow(RangeError);
     expect(() => native.programPrepare(words, 0, new Uint32Array(0), { maxWgSize: [1, 2] as never })).toThrow(TypeError);
     expect(LIMITS.maxSharedBytes).toBe(32768);
+  });
+});
+
+// Loop headers of a module in order, and how each one's back-edge branches: 'checked' (the
+// rewrite's OpBranchConditional to the header or its merge) or 'plain' (the input's OpBranch).
+function backEdges(w: Uint32Array): { header: number; kind: 'checked' | 'plain' }[] {
+  const out: { header: number; kind: 'checked' | 'plain' }[] = [];
+  const seen = new Set<number>();
+  let label = 0;
+  for (let off = 5; off < w.length; off += w[off]! >>> 16) {
+    const op = w[off]! & 0xffff;
+    if (op === 248) {
+      label = w[off + 1]!;
+      seen.add(label);
+    }
+    if (op === 246) out.push({ header: label, kind: 'plain' });
+    const back = (t: number) => out.find((l) => l.header === t && seen.has(t));
+    if (op === 249 && back(w[off + 1]!)) back(w[off + 1]!)!.kind = 'plain';
+    if (op === 250 && (back(w[off + 2]!) || back(w[off + 3]!))) (back(w[off + 2]!) ?? back(w[off + 3]!))!.kind = 'checked';
+  }
+  return out;
+}
+
+const loopShader = (body: string) => `#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer B { float v[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() {
+  uint g = gl_GlobalInvocationID.x;
+  ${body}
+}`;
+
+describe('programPrepare: small constant loops on devices that do not cut loops', () => {
+  const sgemm = () => compileGlsl(fs.readFileSync(path.join(repoRoot, 'guest/programs/sgemm.comp'), 'utf8'), 'vulkan1.1');
+  const run = (words: Uint32Array, loopLimit: number) => {
+    const r = prepare(words, { limits: { loopLimit } });
+    expect(r.message).toBe('');
+    expect(native.programValidate(r.words!)).toBeNull();
+    expect(verifyRewrite(r.words!, { loopLimit, entryIndex: 0 })).toBeNull();
+    return { unchecked: [...r.uncheckedLoops!], edges: backEdges(r.words!), words: r.words! };
+  };
+
+  it('sgemm: the 16-step inner loop keeps its plain back-edge, the k0 loop (bound: a push constant) is checked', () => {
+    const r = run(sgemm(), 0);
+    expect(r.edges.map((e) => e.kind)).toEqual(['checked', 'plain']);
+    expect(r.unchecked).toEqual([r.edges[1]!.header]);
+    // with loop-cut detection (lavapipe) every loop is checked, as before
+    const d = run(sgemm(), LAVAPIPE_CAP);
+    expect(d.edges.map((e) => e.kind)).toEqual(['checked', 'checked']);
+    expect(d.unchecked).toEqual([]);
+    // negative control: TILE = 1000 in the rewritten words — the checker no longer proves the
+    // inner loop small, so its cycle is one without a stop check
+    const broken = r.words.slice();
+    let patched = 0;
+    for (let off = 5; off < broken.length; off += broken[off]! >>> 16)
+      if ((broken[off]! & 0xffff) === 43 && broken[off]! >>> 16 === 4 && broken[off + 3] === 16) {
+        broken[off + 3] = 1000;
+        patched++;
+      }
+    expect(patched).toBe(1);
+    expect(verifyRewrite(broken, { loopLimit: 0, entryIndex: 0 })).toMatch(/without the stop check/);
+  });
+
+  it('keeps the check on loops over 256 iterations, push-constant bounds and spec-constant bounds', () => {
+    const over = run(compileGlsl(loopShader('for (uint i = 0u; i < 1000u; i++) v[g] += float(i);')), 0);
+    expect(over.edges.map((e) => e.kind)).toEqual(['checked']);
+    const at = run(compileGlsl(loopShader('for (uint i = 0u; i < 256u; i++) v[g] += float(i);')), 0);
+    expect(at.edges.map((e) => e.kind)).toEqual(['plain']);
+    const push = run(compileGlsl(loopShader('for (uint i = 0u; i < p.n; i++) v[g] += float(i);')), 0);
+    expect(push.edges.map((e) => e.kind)).toEqual(['checked']);
+    const spec = run(compileGlsl(loopShader('for (uint i = 0u; i < K; i++) v[g] += float(i);')
+      .replace('void main', 'layout(constant_id = 3) const uint K = 8u;\nvoid main')), 0);
+    expect(spec.edges.map((e) => e.kind)).toEqual(['checked']);
+    // a step of 0 never ends; a loop that writes its counter in the body is not the pattern
+    const still = run(compileGlsl(loopShader('for (uint i = 0u; i < 8u; i += 0u) v[g] += 1.0;')), 0);
+    expect(still.edges.map((e) => e.kind)).toEqual(['checked']);
+    const bodyWrite = run(compileGlsl(loopShader('for (uint i = 0u; i < 8u; i++) { v[g] += 1.0; if (v[g] > 3.0) i = 0u; }')), 0);
+    expect(bodyWrite.edges.map((e) => e.kind)).toEqual(['checked']);
+    // signed, counting down: 10 iterations
+    const down = run(compileGlsl(loopShader('for (int i = 10; i > 0; i--) v[g] += float(i);')), 0);
+    expect(down.edges.map((e) => e.kind)).toEqual(['plain']);
+  });
+
+  it('nested constant loops: the product of unchecked trip counts stays ≤ 256', () => {
+    const body = (a: number, b: number) => `for (uint i = 0u; i < ${a}u; i++) for (uint j = 0u; j < ${b}u; j++) v[g] += float(i * j);`;
+    const big = run(compileGlsl(loopShader(body(16, 32))), 0);  // 512: the inner one is checked
+    expect(big.edges.map((e) => e.kind)).toEqual(['plain', 'checked']);
+    const fits = run(compileGlsl(loopShader(body(16, 16))), 0);  // 256: neither
+    expect(fits.edges.map((e) => e.kind)).toEqual(['plain', 'plain']);
+    expect(fits.unchecked).toEqual(fits.edges.map((e) => e.header));
+    // an unbounded loop around a small one: the small one is unchecked, the outer one checked
+    const outer = run(compileGlsl(loopShader('for (uint i = 0u; i < p.n; i++) for (uint j = 0u; j < 16u; j++) v[g] += 1.0;')), 0);
+    expect(outer.edges.map((e) => e.kind)).toEqual(['checked', 'plain']);
+    // a small loop calling a function with a loop is checked (the bound would multiply)
+    const call = run(compileGlsl(loopShader('for (uint i = 0u; i < 4u; i++) v[g] += f(i);')
+      .replace('void main', 'float f(uint k) { float s = 0.0; for (uint j = 0u; j < p.n; j++) s += float(j * k); return s; }\nvoid main')), 0);
+    expect(call.edges.filter((e) => e.kind === 'plain')).toEqual([]);
+  });
+
+  it('recognises the SSA form (OpPhi counter) of optimized modules', () => {
+    const src = compileGlsl(loopShader('for (uint i = 0u; i < 100u; i++) v[g + i] += float(i);'));
+    const ssa = optimize(src, ['--eliminate-local-single-block', '--eliminate-local-multi-store', '--eliminate-dead-code-aggressive']);
+    expect(disassemble(ssa)).toMatch(/OpPhi/);
+    const r = run(ssa, 0);
+    expect(r.edges.map((e) => e.kind)).toEqual(['plain']);
+    expect(run(ssa, LAVAPIPE_CAP).edges.map((e) => e.kind)).toEqual(['checked']);
   });
 });

@@ -70,7 +70,8 @@ bool ArgLimits(const Napi::CallbackInfo& info, size_t i, spirv::Limits* lim) {
 }
 
 // programPrepare(words, entryIndex, spec /* id,value pairs */, limits) →
-//   { reason, message, entry?: { name, wg, sharedBytes, pushBytes, bindings }, words? }
+//   { reason, message, entry?: { name, wg, sharedBytes, pushBytes, bindings }, words?,
+//     uncheckedLoops? (header label ids left without a cancel check) }
 Napi::Value ProgramPrepare(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const uint32_t* words;
@@ -117,6 +118,9 @@ Napi::Value ProgramPrepare(const Napi::CallbackInfo& info) {
   Napi::Uint32Array w = Napi::Uint32Array::New(env, p.words.size());
   if (!p.words.empty()) memcpy(w.Data(), p.words.data(), p.words.size() * 4);
   out.Set("words", w);
+  Napi::Uint32Array u = Napi::Uint32Array::New(env, p.uncheckedLoops.size());
+  if (!p.uncheckedLoops.empty()) memcpy(u.Data(), p.uncheckedLoops.data(), p.uncheckedLoops.size() * 4);
+  out.Set("uncheckedLoops", u);
   return out;
 }
 

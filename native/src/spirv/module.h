@@ -98,9 +98,10 @@ struct Analysis {
 Failure analyze(const Module& m, const Operands& ops, uint32_t entryIndex, const SpecValue* spec,
                 size_t nspec, const Limits& lim, Analysis* a);
 
-// Phase D: the loop rewrite. On success *out holds the new module words.
+// Phase D: the loop rewrite. On success *out holds the new module words and *unchecked the
+// headers of the small constant loops it left without a check (loopLimit == 0 only).
 Failure rewrite(const Module& m, const Operands& ops, const Analysis& a, const Limits& lim,
-                std::vector<uint32_t>* out);
+                std::vector<uint32_t>* out, std::vector<uint32_t>* unchecked);
 
 // Phase E (clamp.cc): clamps dynamic buffer element indices so that lavapipe's 32-bit offsets
 // cannot wrap back inside a binding (hw-spec §6.3.1 step 4). Edits *words in place.

@@ -12,6 +12,13 @@
 //   entry returns  status = loop_cut ? 2 : cancel != 0 ? 1 : 0; if nonzero, atomicMax into
 //                  control.status inside a small selection construct before the OpReturn.
 //   OpUnreachable  becomes a return (an early loop exit may now reach a block that was unreachable).
+//   small loops    with loopLimit == 0 only (GPUs: nothing cuts loops there), a loop whose trip count
+//                  is a proven constant keeps its back-edge as is, when that count times the counts
+//                  of every enclosing loop left so is ≤ kSmallTrips: a check there stops NVIDIA's
+//                  compiler from unrolling it (SGEMM's 16-step inner loop ran 18× slower), and
+//                  an enclosing checked loop (or the launch's end) still stops it within
+//                  kSmallTrips iterations. Proven = see Rewriter::constTrip; anything else is
+//                  checked. The skipped headers are reported (Prepared::uncheckedLoops).
 //   (Limits::cancelLoadEarly, a benchmark switch: the atomic load moves to the loop header, after
 //   its OpPhis — the header dominates the back-edge — and only the compare stays at the back-edge.)
 //
@@ -94,11 +101,14 @@ bool InAnnotationSection(uint32_t op) {
   }
 }
 
+constexpr uint32_t kSmallTrips = 256;
+
 class Rewriter {
  public:
   Rewriter(const Module& m, const Operands& ops, const Analysis& a, const Limits& lim)
       : m_(m), ops_(ops), a_(a), lim_(lim), next_(m.bound) {}
   Failure run(Words* out);
+  std::vector<uint32_t> unchecked;  // headers of loops left without a check, in module order
 
  private:
   const Module& m_;
@@ -155,6 +165,12 @@ class Rewriter {
     return i ? m_.at(*i, k) : 0;
   }
   uint32_t cancelledNot(Words& v);  // bool: cancel word == 0
+  std::unordered_set<uint32_t> loopFns_;  // functions that contain or call (transitively) a loop
+  bool constU32(uint32_t id, uint32_t* v);
+  uint32_t constTrip(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
+                     const std::vector<std::vector<uint32_t>>& succ, uint32_t hp,
+                     const std::unordered_set<uint32_t>& body);
+  std::unordered_set<uint32_t> smallLoops(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos);
   std::unordered_map<uint32_t, uint32_t> earlyLoad_;  // header label → its cancel word load (cancelLoadEarly)
   void declareGlobals();
   void emitStatus(Words& v);
@@ -265,6 +281,198 @@ void Rewriter::emitStatus(Words& v) {
   Emit(v, SpvOpReturn, {});
 }
 
+// A 32-bit integer OpConstant (never a specialization constant: its value is the pipeline's).
+bool Rewriter::constU32(uint32_t id, uint32_t* v) {
+  const uint32_t* i = defInst(id);
+  if (!i || m_.insts[*i].op != SpvOpConstant || m_.insts[*i].wc != 4) return false;
+  uint32_t t = ops_.typeId[*i];
+  if (defOp(t) != SpvOpTypeInt || defAt(t, 2) != 32) return false;
+  *v = m_.at(*i, 3);
+  return true;
+}
+
+// The trip count of the loop headed by block hp when it is a proven constant ≤ kSmallTrips, else
+// UINT32_MAX. Proven: the header has two predecessors, one outside the loop (pre) and its continue
+// target c (≠ header), which ends in OpBranch header; the header, or the one block it branches to
+// (whose only predecessor it is), ends in OpBranchConditional (i cmp K) between the loop and its
+// merge, K an OpConstant; i is either
+//   - OpPhi [init, pre] [next, c] in the header, next = i + s / s + i / i - s, or
+//   - an OpLoad of a Function variable that is used only by OpLoad and OpStore, stored twice: a
+//     constant in pre, and in c (OpLoad of it in c) + s or - s —
+// init and s OpConstants. Then the count is simulated in 32-bit arithmetic, wrap-around included.
+// body: the loop's blocks (for calls into functions with loops: those would multiply the bound).
+uint32_t Rewriter::constTrip(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
+                             const std::vector<std::vector<uint32_t>>& succ, uint32_t hp,
+                             const std::unordered_set<uint32_t>& body) {
+  constexpr uint32_t kNo = UINT32_MAX;
+  const Block& hb = f.blocks[hp];
+  const uint32_t header = hb.label, merge = m_.at(hb.mergeInst, 1), cont = m_.at(hb.mergeInst, 2);
+  auto cp = pos.find(cont);
+  if (cont == header || cp == pos.end()) return kNo;
+  const Block& cb = f.blocks[cp->second];
+  if (m_.insts[cb.term].op != SpvOpBranch || m_.at(cb.term, 1) != header) return kNo;
+  // predecessors of the header, and of the block after it
+  uint32_t pre = UINT32_MAX, nHeaderPreds = 0;
+  uint32_t xp = hp;
+  if (m_.insts[hb.term].op == SpvOpBranch) {
+    auto yp = pos.find(m_.at(hb.term, 1));
+    if (yp == pos.end() || !body.count(yp->second) || yp->first == cont || yp->first == merge) return kNo;
+    xp = yp->second;
+  }
+  uint32_t nXPreds = 0;
+  for (uint32_t q = 0; q < f.blocks.size(); ++q)
+    for (uint32_t s : succ[q]) {
+      if (s == hp) {
+        ++nHeaderPreds;
+        if (q != cp->second) pre = q;
+      }
+      if (xp != hp && s == xp) ++nXPreds;
+    }
+  if (nHeaderPreds != 2 || pre == UINT32_MAX || body.count(pre) || (xp != hp && nXPreds != 1)) return kNo;
+  const Block& xb = f.blocks[xp];
+  if (m_.insts[xb.term].op != SpvOpBranchConditional) return kNo;
+  uint32_t condId = m_.at(xb.term, 1), t1 = m_.at(xb.term, 2), t2 = m_.at(xb.term, 3);
+  if ((t1 == merge) == (t2 == merge)) return kNo;
+  const bool stayIfTrue = t2 == merge;
+  const uint32_t* ci = defInst(condId);
+  if (!ci) return kNo;
+  const uint32_t cop = m_.insts[*ci].op;
+  switch (cop) {
+    case SpvOpIEqual: case SpvOpINotEqual: case SpvOpULessThan: case SpvOpSLessThan:
+    case SpvOpULessThanEqual: case SpvOpSLessThanEqual: case SpvOpUGreaterThan:
+    case SpvOpSGreaterThan: case SpvOpUGreaterThanEqual: case SpvOpSGreaterThanEqual: break;
+    default: return kNo;
+  }
+  uint32_t bound = 0, iv = 0;
+  bool ivLeft;
+  if (constU32(m_.at(*ci, 4), &bound)) iv = m_.at(*ci, 3), ivLeft = true;
+  else if (constU32(m_.at(*ci, 3), &bound)) iv = m_.at(*ci, 4), ivLeft = false;
+  else return kNo;
+  const uint32_t* ii = defInst(iv);
+  if (!ii || *ii <= f.begin || *ii >= f.end) return kNo;
+  // step: OpIAdd(x, s) / OpIAdd(s, x) / OpISub(x, s) with x satisfying isX
+  auto stepOf = [&](uint32_t id, auto&& isX, uint32_t* step) {
+    const uint32_t* d = defInst(id);
+    if (!d || m_.insts[*d].wc != 5) return false;
+    uint32_t op = m_.insts[*d].op, a = m_.at(*d, 3), b = m_.at(*d, 4), s;
+    if (op == SpvOpIAdd && isX(a, *d) && constU32(b, &s)) return *step = s, true;
+    if (op == SpvOpIAdd && isX(b, *d) && constU32(a, &s)) return *step = s, true;
+    if (op == SpvOpISub && isX(a, *d) && constU32(b, &s)) return *step = 0u - s, true;
+    return false;
+  };
+  auto inBlock = [&](uint32_t inst, const Block& b) { return inst > b.first && inst < b.term; };
+  uint32_t init = 0, step = 0;
+  if (m_.insts[*ii].op == SpvOpPhi) {
+    if (!inBlock(*ii, hb) || m_.insts[*ii].wc != 7) return kNo;
+    uint32_t v[2] = {m_.at(*ii, 3), m_.at(*ii, 5)}, from[2] = {m_.at(*ii, 4), m_.at(*ii, 6)};
+    int k = from[0] == f.blocks[pre].label ? 0 : 1;
+    if (from[k] != f.blocks[pre].label || from[1 - k] != cont || !constU32(v[k], &init)) return kNo;
+    if (!stepOf(v[1 - k], [&](uint32_t x, uint32_t) { return x == iv; }, &step)) return kNo;
+  } else if (m_.insts[*ii].op == SpvOpLoad) {
+    if (!inBlock(*ii, xb)) return kNo;
+    const uint32_t var = m_.at(*ii, 3);
+    const uint32_t* vi = defInst(var);
+    if (!vi || m_.insts[*vi].op != SpvOpVariable || m_.at(*vi, 3) != SpvStorageClassFunction ||
+        *vi <= f.begin || *vi >= f.end)
+      return kNo;
+    uint32_t stores = 0, initStore = 0, incStore = 0;
+    for (uint32_t i = f.begin; i < f.end; ++i) {
+      bool uses = false;
+      for (uint32_t j = ops_.first[i]; j < ops_.first[i + 1]; ++j) uses = uses || ops_.ids[j] == var;
+      if (!uses) continue;
+      uint32_t op = m_.insts[i].op;
+      if (op == SpvOpLoad && m_.at(i, 3) == var) continue;
+      if (op != SpvOpStore || m_.at(i, 1) != var || m_.at(i, 2) == var) return kNo;
+      ++stores;
+      if (inBlock(i, f.blocks[pre])) initStore = i;
+      else if (inBlock(i, cb)) incStore = i;
+    }
+    if (stores != 2 || !initStore || !incStore || !constU32(m_.at(initStore, 2), &init)) return kNo;
+    auto loadInC = [&](uint32_t x, uint32_t) {
+      const uint32_t* d = defInst(x);
+      return d && m_.insts[*d].op == SpvOpLoad && m_.at(*d, 3) == var && inBlock(*d, cb) && *d < incStore;
+    };
+    if (!stepOf(m_.at(incStore, 2), loadInC, &step)) return kNo;
+  } else {
+    return kNo;
+  }
+  // No call into a function with loops (its iterations would multiply ours unseen).
+  for (uint32_t q : body)
+    for (uint32_t i = f.blocks[q].first; i < f.blocks[q].term; ++i)
+      if (m_.insts[i].op == SpvOpFunctionCall && loopFns_.count(m_.at(i, 3))) return kNo;
+  auto holds = [&](uint32_t x) {
+    uint32_t a = ivLeft ? x : bound, b = ivLeft ? bound : x;
+    int32_t sa = int32_t(a), sb = int32_t(b);
+    bool r = false;
+    switch (cop) {
+      case SpvOpIEqual: r = a == b; break;
+      case SpvOpINotEqual: r = a != b; break;
+      case SpvOpULessThan: r = a < b; break;
+      case SpvOpSLessThan: r = sa < sb; break;
+      case SpvOpULessThanEqual: r = a <= b; break;
+      case SpvOpSLessThanEqual: r = sa <= sb; break;
+      case SpvOpUGreaterThan: r = a > b; break;
+      case SpvOpSGreaterThan: r = sa > sb; break;
+      case SpvOpUGreaterThanEqual: r = a >= b; break;
+      case SpvOpSGreaterThanEqual: r = sa >= sb; break;
+    }
+    return r == stayIfTrue;
+  };
+  uint32_t trips = 0;
+  for (uint32_t x = init; holds(x); x += step)
+    if (++trips > kSmallTrips) return kNo;
+  return trips;
+}
+
+// Loop headers of f whose back-edges keep no check (see the file comment).
+std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
+                                                  const std::unordered_map<uint32_t, uint32_t>& pos) {
+  const uint32_t nb = uint32_t(f.blocks.size());
+  std::vector<std::vector<uint32_t>> succ(nb);
+  for (uint32_t p = 0; p < nb; ++p) {
+    uint32_t t = f.blocks[p].term, op = m_.insts[t].op;
+    if (op != SpvOpBranch && op != SpvOpBranchConditional && op != SpvOpSwitch) continue;
+    for (uint32_t j = ops_.first[t]; j < ops_.first[t + 1]; ++j)
+      if (auto it = pos.find(ops_.ids[j]); it != pos.end()) succ[p].push_back(it->second);
+  }
+  struct L {
+    uint32_t hp, trips;
+    std::unordered_set<uint32_t> body;
+  };
+  std::vector<L> loops;
+  for (uint32_t p = 0; p < nb; ++p) {
+    const Block& b = f.blocks[p];
+    if (b.mergeInst == UINT32_MAX || m_.insts[b.mergeInst].op != SpvOpLoopMerge) continue;
+    auto mp = pos.find(m_.at(b.mergeInst, 1));
+    L l{p, 0, {}};
+    // the loop's blocks: reachable from the header without passing its merge
+    std::vector<uint32_t> work{p};
+    l.body.insert(p);
+    while (!work.empty()) {
+      uint32_t q = work.back();
+      work.pop_back();
+      for (uint32_t s : succ[q])
+        if ((mp == pos.end() || s != mp->second) && l.body.insert(s).second) work.push_back(s);
+    }
+    l.trips = constTrip(f, pos, succ, p, l.body);
+    loops.push_back(std::move(l));
+  }
+  // Outer loops come first (a header precedes the blocks it dominates).
+  std::unordered_set<uint32_t> out;
+  std::vector<bool> skipped(loops.size(), false);
+  for (size_t k = 0; k < loops.size(); ++k) {
+    if (loops[k].trips == UINT32_MAX) continue;
+    uint64_t product = loops[k].trips;
+    for (size_t o = 0; o < loops.size(); ++o)
+      if (o != k && skipped[o] && loops[o].body.count(loops[k].hp)) product *= std::max<uint32_t>(loops[o].trips, 1);
+    if (product > kSmallTrips) continue;
+    skipped[k] = true;
+    out.insert(f.blocks[loops[k].hp].label);
+    unchecked.push_back(f.blocks[loops[k].hp].label);
+  }
+  return out;
+}
+
 Failure Rewriter::rewriteFunction(const Function& f) {
   const bool isEntry = f.id == a_.entryFunction;
   const uint32_t nb = uint32_t(f.blocks.size());
@@ -291,6 +499,9 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     auto it = pos.find(target);
     return it != pos.end() && it->second <= p && loopOfHeader.count(target);
   };
+  // Small constant loops keep their back-edge (loopLimit == 0 only; detection needs every loop).
+  const std::unordered_set<uint32_t> small = detect_ || loops.empty() ? std::unordered_set<uint32_t>{} : smallLoops(f, pos);
+  auto isChecked = [&](uint32_t target, uint32_t p) { return isBackTarget(target, p) && !small.count(target); };
   const bool detectHere = detect_ && (!loops.empty() || isEntry);
   // The back-edge's "cancel == 0" (its load in the header with cancelLoadEarly).
   auto backEdgeOk = [&](Words& v, uint32_t header) -> uint32_t {
@@ -403,7 +614,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     uint32_t doWhileExit = 0, doWhileCond = 0;  // do-while back-edge: cond true continues
     if (op == SpvOpBranch) {
       uint32_t target = m_.at(t, 1);
-      if (isBackTarget(target, p)) {
+      if (isChecked(target, p)) {
         uint32_t merge = loops[loopOfHeader[target]].merge;
         uint32_t ok = backEdgeOk(v, target);
         fin.clear();
@@ -413,7 +624,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
       }
     } else if (op == SpvOpBranchConditional) {
       uint32_t cond = m_.at(t, 1), t1 = m_.at(t, 2), t2 = m_.at(t, 3);
-      bool h1 = isBackTarget(t1, p), h2 = isBackTarget(t2, p);
+      bool h1 = isChecked(t1, p), h2 = isChecked(t2, p);
       if (h1 || h2) {
         backEdge = true;
         uint32_t header = h1 ? t1 : t2;
@@ -637,6 +848,23 @@ Failure Rewriter::patchEntryPoints() {
 
 Failure Rewriter::run(Words* out) {
   detect_ = lim_.loopLimit > 0;
+  if (!detect_) {
+    // Functions with a loop, then their callers, to a fixed point (no recursion in SPIR-V).
+    for (const Function& f : a_.functions)
+      for (const Block& b : f.blocks)
+        if (b.mergeInst != UINT32_MAX && m_.insts[b.mergeInst].op == SpvOpLoopMerge) loopFns_.insert(f.id);
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const Function& f : a_.functions)
+        if (!loopFns_.count(f.id))
+          for (uint32_t c : f.calls)
+            if (loopFns_.count(c)) {
+              loopFns_.insert(f.id);
+              grew = true;
+              break;
+            }
+    }
+  }
   declareGlobals();
   if (Failure f = patchEntryPoints(); f.failed()) return f;
   for (const Function& f : a_.functions)
@@ -686,9 +914,11 @@ Failure Rewriter::run(Words* out) {
 }  // namespace
 
 Failure rewrite(const Module& m, const Operands& ops, const Analysis& a, const Limits& lim,
-                Words* out) {
+                Words* out, std::vector<uint32_t>* unchecked) {
   Rewriter r(m, ops, a, lim);
-  return r.run(out);
+  Failure f = r.run(out);
+  if (unchecked) *unchecked = std::move(r.unchecked);
+  return f;
 }
 
 }  // namespace vugpu::spirv::detail
