@@ -53,10 +53,18 @@ function warmUp(opts: VugpuOptions): void {
     const vms = opts.vms.slice(0, 4).map((vm, i) => ({
       ...vm, name: `warm${i}`, socket: path.join(dir, `${i}.sock`), slice: vm.mode === 'pt' ? undefined : 4 << 20,
     }));
-    v = new Vugpu({ vms, vramSize: 32 << 20, engine: 'native', channels: opts.channels, watchdogMs: opts.watchdogMs, policy: opts.policy, policyConfig: opts.policyConfig });
-    decodeCheckpoint(encodeCheckpoint(1, { vugpu: saveAll(v) }));
-  } catch {
-    // only a warm-up
+    const o: VugpuOptions = { vms, vramSize: 32 << 20, engine: 'native', channels: opts.channels, watchdogMs: opts.watchdogMs, policy: opts.policy, policyConfig: opts.policyConfig };
+    v = new Vugpu(o);
+    const state = decodeCheckpoint(encodeCheckpoint(1, { vugpu: saveAll(v) })).sections.vugpu;
+    // ... and the adoption itself: restore that state into a second throwaway server.
+    const vram = fs.openSync(`/proc/self/fd/${v.engine.vramFd}`, 'r+');
+    v.close();
+    v = undefined;
+    v = restoreAll(state, new Map([[VRAM_FD, vram]]), o).vugpu;
+  } catch (err) {
+    logger.level = level;
+    logger.debug({ err: (err as Error).message }, 'warm-up stopped early');
+    logger.level = 'silent';
   } finally {
     try {
       v?.close();
