@@ -125,27 +125,61 @@ function stats(v: number[]): Stats {
   return { n: v.length, p50: r(quantile(v, 0.5)), p90: r(quantile(v, 0.9)), max: r(Math.max(...v)), mean: r(v.reduce((a, b) => a + b, 0) / (v.length || 1)) };
 }
 
-/** Trapped-access latency as a guest sees it, on a plain and on a restartable server. */
-async function mmioCost(): Promise<Record<string, unknown>> {
-  const out: Record<string, unknown> = {};
-  for (const kind of ['plain', 'restartable'] as const) {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), `vugpu-restart-mmio-`));
-    const s = new Server(1, kind === 'restartable');
-    s.start();
-    await s.waitFor((r) => r.msg === 'vugpu serving', 0, 120_000);
-    await sleep(300);
-    const r = await bootGuest({ manifest, sockets: [sock(0)], run: PROBE, args: ['--bench', '20000'], timeoutMs: 600_000 }).done;
-    const b = r.records.find((x) => x.kind === 'BENCH')?.data as Record<string, Record<string, number>> | undefined;
-    if (!b) throw new Error(`no BENCH record (${kind}):\n${r.console.slice(-20).join('\n')}`);
-    out[kind] = { read_us: b.bar0_read_us, write_us: b.bar0_write_us };
-    await stopServer(s, kind === 'restartable');
-    if (kind === 'restartable') {
-      const st = s.records().find((x) => x.msg === 'restartable server stopping');
-      out.checkpoints = st?.checkpoints ?? null;
-    }
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
+const MMIO_ROUNDS = Number(process.env.VUGPU_BENCH_MMIO_ROUNDS ?? 3);
+type AccessStats = Record<string, number>;
+
+/** Field-wise median of per-round statistics. */
+function medianStats(v: AccessStats[]): AccessStats {
+  const out: AccessStats = {};
+  for (const k of Object.keys(v[0] ?? {})) out[k] = Math.round(quantile(v.map((x) => x[k]!), 0.5) * 1000) / 1000;
   return out;
+}
+
+/**
+ * Trapped-access latency as a guest sees it, on a plain and on a restartable server: rounds
+ * interleaved (the order alternates), each kind's figures the median over rounds, and the
+ * per-round ratio restartable / plain (the shared host's load changes between boots).
+ */
+async function mmioCost(): Promise<Record<string, unknown>> {
+  const rounds: Record<'plain' | 'restartable', { read: AccessStats; write: AccessStats }[]> = { plain: [], restartable: [] };
+  let checkpoints: unknown = null;
+  for (let i = 0; i < MMIO_ROUNDS; i++) {
+    const order = i % 2 === 0 ? (['plain', 'restartable'] as const) : (['restartable', 'plain'] as const);
+    for (const kind of order) {
+      const one = await mmioOnce(kind);
+      rounds[kind].push({ read: one.read, write: one.write });
+      if (kind === 'restartable') checkpoints = one.checkpoints;
+    }
+  }
+  const ratio = (f: 'read' | 'write', k: string) =>
+    Math.round(quantile(rounds.plain.map((p, i) => rounds.restartable[i]![f][k]! / p[f][k]!), 0.5) * 1000) / 1000;
+  return {
+    rounds: MMIO_ROUNDS,
+    plain: { read_us: medianStats(rounds.plain.map((r) => r.read)), write_us: medianStats(rounds.plain.map((r) => r.write)) },
+    restartable: { read_us: medianStats(rounds.restartable.map((r) => r.read)), write_us: medianStats(rounds.restartable.map((r) => r.write)) },
+    ratio: { read_p50: ratio('read', 'p50'), read_mean: ratio('read', 'mean'), write_p50: ratio('write', 'p50'), write_mean: ratio('write', 'mean') },
+    perRound: rounds,
+    checkpoints,
+  };
+}
+
+async function mmioOnce(kind: 'plain' | 'restartable'): Promise<{ read: AccessStats; write: AccessStats; checkpoints: unknown }> {
+  const out: Record<string, unknown> = {};
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), `vugpu-restart-mmio-`));
+  const s = new Server(1, kind === 'restartable');
+  s.start();
+  await s.waitFor((r) => r.msg === 'vugpu serving', 0, 120_000);
+  await sleep(300);
+  const r = await bootGuest({ manifest, sockets: [sock(0)], run: PROBE, args: ['--bench', '20000'], timeoutMs: 600_000 }).done;
+  const b = r.records.find((x) => x.kind === 'BENCH')?.data as Record<string, Record<string, number>> | undefined;
+  if (!b) throw new Error(`no BENCH record (${kind}):\n${r.console.slice(-20).join('\n')}`);
+  await stopServer(s, kind === 'restartable');
+  if (kind === 'restartable') {
+    const st = s.records().find((x) => x.msg === 'restartable server stopping');
+    out.checkpoints = st?.checkpoints ?? null;
+  }
+  fs.rmSync(dir, { recursive: true, force: true });
+  return { read: b.bar0_read_us as AccessStats, write: b.bar0_write_us as AccessStats, checkpoints: out.checkpoints ?? null };
 }
 
 async function stopServer(s: Server, restartable: boolean): Promise<void> {
