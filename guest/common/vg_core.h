@@ -79,6 +79,10 @@ struct vg_vm {
 	u64 *pt_addr;         /* VRAM address of the small-page table per PDE, 0 = none (register path) */
 	struct vg_ralloc va;
 	u32 pt_count;
+	/* mappings changed since the last flush: the core flushes before its next doorbell (and at
+	 * once after unmapping), so a run of allocations costs one flush, and in a mediated VM one
+	 * shadow rebuild */
+	bool dirty;
 };
 
 /* ---- buffers ---- */
@@ -93,6 +97,10 @@ struct vg_bo {
 	u64 va_size;          /* size + guard page */
 	u64 vram_addr;        /* VRAM buffers */
 	void *os_priv;        /* platform data of sysmem buffers (pinned pages) */
+	/* VUGPU_MEM_NO_CPU buffers: zeroed by a MEMSET the next submission carries ahead of its work */
+	struct vg_bo *clear_next; /* on the context's list of clears not yet submitted */
+	bool clear_pending;
+	u64 clear_seq;        /* submission that carried the clear (0: cleared at allocation) */
 };
 
 /* ---- context (address space + channel) ---- */
@@ -102,6 +110,7 @@ struct vg_bo {
 #define VG_USERD_OFFSET 0x800 /* USERD lives in the instance block's page, after its fields */
 #define VG_SEM_PARAM_OFFSET 0x100 /* parameter block of driver-issued launches (buffer clears) */
 #define VG_WAIT_RETIRE_MS 20000   /* longer than the engine's job watchdog */
+#define VG_MAX_DEFERRED_CLEARS 32 /* NO_CPU buffers whose clear may wait for the next submission */
 
 struct vg_ctx {
 	struct vg_dev *dev;
@@ -126,18 +135,25 @@ struct vg_ctx {
 	u32 fault_info;
 	bool fault_valid;
 	struct vg_bo *bos;
+	struct vg_bo *clears; /* deferred clears, newest first (at most VG_MAX_DEFERRED_CLEARS) */
+	u32 nclears;
 	u32 next_handle;
 	u64 vram_bytes;       /* VRAM owned by this context (structures + buffers) */
 	void *os_priv;        /* platform data (wait queue) */
 };
+
+/* PV area the platforms register: 16 slots (64 KiB), so one PV 2 MAP_RANGE carries 8184 PTEs */
+#define VG_PV_AREA_SLOTS_WANT 16u
+#define VG_PV_AREA_BYTES (VG_PV_AREA_SLOTS_WANT * VG_PV_SLOT_SIZE)
 
 /* ---- device ---- */
 struct vg_dev {
 	struct vg_os os;
 	/* set by the platform before vg_dev_init */
 	int pv_request;                  /* enum vg_pv_mode asked for */
-	void *pv_area;                   /* one 4 KiB slot of coherent system memory (PV only) */
+	void *pv_area;                   /* 4 KiB slots of coherent system memory (PV only) */
 	u64 pv_area_bus;
+	u32 pv_area_slots;               /* slots in pv_area (0 = 1); PV 2 calls span them all */
 	/* release a sysmem buffer's pinned pages (called once the device can no longer reach them) */
 	void (*bo_release)(struct vg_dev *d, struct vg_bo *bo);
 	/* wake the waiters of a context (fence passed or channel failed); called under the lock */
@@ -152,6 +168,7 @@ struct vg_dev {
 	u32 chan_count;
 	struct vugpu_prog_info prog;     /* PPROG limits (hw-spec §3.10), read once at probe */
 	int pv_mode;                     /* enum vg_pv_mode in use */
+	u32 pv_version;                  /* PV_VERSION (2: MAP_RANGE/UNMAP_RANGE) */
 	const struct vg_vm_ops *vm_ops;
 
 	struct vg_ralloc vram;           /* register-path allocator */

@@ -21,6 +21,13 @@
  * of launches followed by one synchronisation then costs one interrupt, not one per launch (each
  * interrupt is several trapped register accesses in a VM). Normal submissions always leave one
  * GPFIFO entry and 8 bytes of pushbuffer free, so an interrupt request always fits.
+ *
+ * Page-table flushes are deferred to the next doorbell (vg_vm.dirty), except after an unmap
+ * (the pages are about to be given back). Buffers allocated VUGPU_MEM_NO_CPU are cleared by the
+ * next submission: a third GPFIFO entry ahead of the user's segment holds one MEMSET per such
+ * buffer, their parameter blocks right after it in the pushbuffer ring. A run of allocations
+ * then costs one flush and no GPU round trip — in a mediated VM one shadow rebuild instead of
+ * one per buffer.
  */
 #include "vg_priv.h"
 
@@ -28,6 +35,15 @@
 #define ARM_BYTES 8 /* NON_STALL_INTERRUPT header + data */
 
 /* ---- address space ---- */
+
+/* Make changed mappings visible to the device, if there are any (device lock held). */
+static void vm_flush_locked(struct vg_vm *vm)
+{
+	if (!vm->dirty)
+		return;
+	vm->dirty = false;
+	vm->dev->vm_ops->flush(vm);
+}
 
 int vg_vm_init(struct vg_vm *vm, struct vg_dev *d)
 {
@@ -79,9 +95,11 @@ static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base
 		return ret;
 	vg_lock(d);
 	ret = d->vm_ops->map(&c->vm, bo->va, pages, addrs, base, flags);
-	if (ret)
+	c->vm.dirty = true; /* flushed before the next doorbell: nothing can use the range before */
+	if (ret) {
 		d->vm_ops->unmap(&c->vm, bo->va, pages);
-	d->vm_ops->flush(&c->vm);
+		vm_flush_locked(&c->vm);
+	}
 	vg_unlock(d);
 	if (ret) {
 		vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
@@ -97,8 +115,9 @@ static void bo_unmap(struct vg_ctx *c, struct vg_bo *bo)
 	if (!bo->va)
 		return;
 	vg_lock(d);
+	c->vm.dirty = true; /* now: the pages go back once submitted work is done with them */
 	d->vm_ops->unmap(&c->vm, bo->va, (u32)(bo->size >> VG_PAGE_SHIFT));
-	d->vm_ops->flush(&c->vm);
+	vm_flush_locked(&c->vm);
 	vg_unlock(d);
 	vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
 	bo->va = 0;
@@ -218,14 +237,74 @@ static s64 ring_place(struct vg_ctx *c, u32 slots, u32 bytes, u32 keep_slots, u3
 	return pb_place(c, *get, in_flight, bytes + keep_bytes);
 }
 
-/* Publish GP_PUT and ring the doorbell (the segments and entries are written). */
+/* Publish GP_PUT and ring the doorbell (the segments and entries are written; lock held). */
 static void ring_kick(struct vg_ctx *c)
 {
+	/* mappings made since the last flush: the work may use them */
+	vm_flush_locked(&c->vm);
 	/* segments and entries must be in VRAM before GP_PUT, GP_PUT before the doorbell */
 	vg_os_wmb();
 	vg_vram_wr32(c->dev, c->userd_addr + VG_USERD_GP_PUT, c->gp_put);
 	vg_os_wmb();
 	vg_wr(c->dev, VG_DOORBELL, (u32)c->chid);
+}
+
+#define CLEAR_WORDS 17       /* one MEMSET launch */
+#define CLEAR_PARAM_BYTES 16 /* its parameter block: pattern, reserved, count (u64) */
+
+/* The methods of a MEMSET of zeros over [va, va + size), parameter block at param_va. */
+static u32 clear_methods(u32 *pb, u64 va, u64 size, u64 param_va)
+{
+	u32 n = 0;
+
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_KERNEL_ID, 7);
+	pb[n++] = VG_K_MEMSET;
+	pb[n++] = 1;
+	pb[n++] = 1;
+	pb[n++] = 1;
+	pb[n++] = VG_HI32(param_va) & 0xff;
+	pb[n++] = VG_LO32(param_va);
+	pb[n++] = CLEAR_PARAM_BYTES;
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER_COUNT, 1);
+	pb[n++] = 1;
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4);
+	pb[n++] = VG_HI32(va) & 0xff;
+	pb[n++] = VG_LO32(va);
+	pb[n++] = (u32)size;
+	pb[n++] = 0;
+	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1);
+	pb[n++] = 0;
+	return n;
+}
+
+/*
+ * Write the deferred clears into the ring at pushbuffer offset off (lock held): the MEMSET
+ * methods, then their parameter blocks (outside the entry's length, kept alive by the ring
+ * until the entry has executed). Returns the methods' length in dwords.
+ */
+static u32 emit_clears(struct vg_ctx *c, u32 off, u64 seq)
+{
+	struct vg_dev *d = c->dev;
+	u32 words = c->nclears * CLEAR_WORDS, m[CLEAR_WORDS], p[4], i = 0;
+	u64 prm = (u64)off + (u64)words * 4;
+	struct vg_bo *bo;
+
+	for (bo = c->clears; bo; bo = bo->clear_next, i++) {
+		u64 n = bo->size / 4;
+
+		p[0] = 0; /* pattern */
+		p[1] = 0;
+		p[2] = VG_LO32(n);
+		p[3] = VG_HI32(n);
+		vg_vram_write(d, c->pb_addr + prm + CLEAR_PARAM_BYTES * i, p, sizeof(p));
+		clear_methods(m, bo->va, bo->size, c->pb_va + prm + CLEAR_PARAM_BYTES * i);
+		vg_vram_write(d, c->pb_addr + off + (u64)i * CLEAR_WORDS * 4, m, sizeof(m));
+		bo->clear_pending = false;
+		bo->clear_seq = seq;
+	}
+	c->clears = NULL;
+	c->nclears = 0;
+	return words;
 }
 
 static int ctx_recover(struct vg_ctx *c);
@@ -234,7 +313,7 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 {
 	struct vg_dev *d = c->dev;
 	u32 fence[VG_FENCE_DWORDS];
-	u32 get, bytes, s0, s1;
+	u32 get, bytes, s0, s1, clr_bytes, clr_words = 0;
 	s64 off;
 	int ret;
 
@@ -252,7 +331,8 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 		return -EINVAL;
 	bytes = (count + VG_FENCE_DWORDS) * 4;
 	vg_lock(d); /* the ring is shared with vg_ctx_arm_irq, which waiters call */
-	off = ring_place(c, 2, bytes, 1, ARM_BYTES, &get);
+	clr_bytes = c->nclears * (CLEAR_WORDS * 4 + CLEAR_PARAM_BYTES);
+	off = ring_place(c, c->nclears ? 3 : 2, clr_bytes + bytes, 1, ARM_BYTES, &get);
 	if (off < 0) {
 		*seq = c->gp_seq[get];
 		vg_unlock(d);
@@ -267,15 +347,25 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 	fence[4] = VG_SEM_RELEASE | ((flags & VUGPU_SUBMIT_FENCE_IRQ) ? VG_SEM_RELEASE_INTERRUPT : 0);
 	if (flags & VUGPU_SUBMIT_FENCE_IRQ)
 		c->irq_armed_seq = c->seq;
+	s0 = c->gp_put;
+	if (c->nclears) {
+		/* the clears run first: nothing of this submission may see a buffer's old bytes */
+		clr_words = emit_clears(c, (u32)off, c->seq);
+		gp_write(c, s0, c->pb_va + (u64)off, clr_words);
+		c->gp_pb_start[s0] = (u32)off;
+		c->gp_seq[s0] = c->seq;
+		s0 = (s0 + 1) % VG_GPFIFO_ENTRIES;
+		off += clr_bytes;
+	}
 	if (words)
 		vg_vram_write(d, c->pb_addr + (u64)off, words, (size_t)count * 4);
 	vg_vram_write(d, c->pb_addr + (u64)off + (u64)count * 4, fence, sizeof(fence));
 
-	s0 = c->gp_put;
 	s1 = (s0 + 1) % VG_GPFIFO_ENTRIES;
 	gp_write(c, s0, c->pb_va + (u64)off, count);
 	gp_write(c, s1, c->pb_va + (u64)off + (u64)count * 4, VG_FENCE_DWORDS);
-	c->gp_pb_start[s0] = c->gp_pb_start[s1] = (u32)off;
+	/* the ring's tail for both entries is where this submission began (clears included) */
+	c->gp_pb_start[s0] = c->gp_pb_start[s1] = (u32)(off - clr_bytes);
 	c->gp_seq[s0] = c->gp_seq[s1] = c->seq;
 	c->gp_put = (s1 + 1) % VG_GPFIFO_ENTRIES;
 	c->pb_put = (u32)off + bytes;
@@ -392,32 +482,15 @@ int vg_ctx_poll_error(struct vg_ctx *c)
 static int bo_clear(struct vg_ctx *c, struct vg_bo *bo)
 {
 	struct vg_dev *d = c->dev;
-	u64 param_va = c->sem_va + VG_SEM_PARAM_OFFSET;
 	u64 words = bo->size / 4;
-	u32 pb[24], n = 0;
+	u32 pb[CLEAR_WORDS], n;
 	u64 seq;
 	int ret, tries;
 
 	vg_vram_wr32(d, c->sem_addr + VG_SEM_PARAM_OFFSET, 0);        /* pattern */
 	vg_vram_wr32(d, c->sem_addr + VG_SEM_PARAM_OFFSET + 4, 0);    /* reserved */
 	vg_vram_wr64(d, c->sem_addr + VG_SEM_PARAM_OFFSET + 8, words); /* count */
-	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_KERNEL_ID, 7);
-	pb[n++] = VG_K_MEMSET;
-	pb[n++] = 1;
-	pb[n++] = 1;
-	pb[n++] = 1;
-	pb[n++] = VG_HI32(param_va) & 0xff;
-	pb[n++] = VG_LO32(param_va);
-	pb[n++] = 16;
-	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER_COUNT, 1);
-	pb[n++] = 1;
-	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4);
-	pb[n++] = VG_HI32(bo->va) & 0xff;
-	pb[n++] = VG_LO32(bo->va);
-	pb[n++] = (u32)bo->size;
-	pb[n++] = 0;
-	pb[n++] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1);
-	pb[n++] = 0;
+	n = clear_methods(pb, bo->va, bo->size, c->sem_va + VG_SEM_PARAM_OFFSET);
 	vg_os_wmb();
 	for (tries = 0;; tries++) {
 		for (;;) {
@@ -445,7 +518,7 @@ int vg_ctx_vram_alloc(struct vg_ctx *c, u64 size, u32 flags, struct vg_bo **out)
 	struct vg_bo *bo;
 	int ret;
 
-	if (flags & ~VUGPU_MEM_READ_ONLY)
+	if (flags & ~(VUGPU_MEM_READ_ONLY | VUGPU_MEM_NO_CPU))
 		return -EINVAL;
 	if (VG_ALIGN_UP(size, VG_PAGE_SIZE) > 0xfffff000ull) /* BUFFER_LENGTH, LINE_LENGTH_IN are 32-bit */
 		return -E2BIG;
@@ -455,6 +528,18 @@ int vg_ctx_vram_alloc(struct vg_ctx *c, u64 size, u32 flags, struct vg_bo **out)
 	ret = bo_new_vram(c, size, flags, false, &bo);
 	if (ret)
 		return ret;
+	/* GPU-only (and GPU-writable): the next submission clears it, ahead of its work */
+	if ((flags & (VUGPU_MEM_NO_CPU | VUGPU_MEM_READ_ONLY)) == VUGPU_MEM_NO_CPU &&
+	    c->nclears < VG_MAX_DEFERRED_CLEARS) {
+		vg_lock(c->dev);
+		bo->clear_pending = true;
+		bo->clear_next = c->clears;
+		c->clears = bo;
+		c->nclears++;
+		vg_unlock(c->dev);
+		*out = bo;
+		return 0;
+	}
 	ret = bo_clear(c, bo);
 	if (ret) {
 		/* the clear may still be running: retire the buffer with the context */
@@ -514,8 +599,21 @@ struct vg_bo *vg_ctx_bo_find_vram(struct vg_ctx *c, u64 vram_addr, u64 size)
 int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo)
 {
 	struct vg_dev *d = c->dev;
+	struct vg_bo **pp;
 	int ret = 0;
 
+	if (bo->clear_pending) { /* never submitted: nothing saw it, nothing needs clearing */
+		vg_lock(d);
+		for (pp = &c->clears; *pp; pp = &(*pp)->clear_next) {
+			if (*pp == bo) {
+				*pp = bo->clear_next;
+				c->nclears--;
+				break;
+			}
+		}
+		bo->clear_pending = false;
+		vg_unlock(d);
+	}
 	bo_unmap(c, bo);
 	/* work submitted before the free may still use the pages: wait for it */
 	if (c->bound && !vg_ctx_seq_done(c, c->seq)) {
@@ -618,6 +716,7 @@ static int ctx_recover(struct vg_ctx *c)
 {
 	struct vg_dev *d = c->dev;
 	vg_irqflags_t fl;
+	struct vg_bo *bo;
 	u32 chid, st, i;
 	u32 init[4];
 	u64 seq;
@@ -636,6 +735,15 @@ static int ctx_recover(struct vg_ctx *c)
 		vg_unlock(d);
 		vg_err(d, "channel %u: rebind after ENGINE_LOST rejected", chid);
 		return -EIO;
+	}
+	/* clears that went down with the lost work: again, with the next submission */
+	for (bo = c->bos; bo; bo = bo->next) {
+		if (bo->clear_seq && !bo->clear_pending && !vg_ctx_seq_done(c, bo->clear_seq)) {
+			bo->clear_pending = true;
+			bo->clear_next = c->clears;
+			c->clears = bo;
+			c->nclears++;
+		}
 	}
 	c->gp_put = 0;
 	c->pb_put = 0;
@@ -707,6 +815,9 @@ int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 	c->sem_va = sem->va;
 	vg_vram_zero(d, c->sem_addr, VG_PAGE_SIZE);
 	write_instance(c);
+	vg_lock(d);
+	vm_flush_locked(&c->vm); /* the ring's mappings, before the device first reads them */
+	vg_unlock(d);
 
 	ret = chan_bind(c);
 	if (ret)
@@ -760,6 +871,8 @@ void vg_ctx_destroy(struct vg_ctx *c)
 		c->chid = -1;
 	}
 	/* the channel can no longer run: give everything back */
+	c->clears = NULL;
+	c->nclears = 0;
 	while ((bo = c->bos)) {
 		c->bos = bo->next;
 		if (d->vm_ops->unmap_on_destroy)

@@ -20,12 +20,12 @@ static inline u32 get32(struct vg_dev *d, u32 off) { return *(volatile u32 *)(sl
 static inline u64 get64(struct vg_dev *d, u32 off) { return *(volatile u64 *)(slot(d) + off); }
 
 /* Issue the call prepared in slot 0 (entries already written). Returns the host's result. */
-static int pv_call(struct vg_dev *d, u32 op, u64 arg0, u64 arg1, u32 count)
+static int pv_call_flags(struct vg_dev *d, u32 op, u64 arg0, u64 arg1, u32 count, u32 flags)
 {
 	put32(d, VG_PV_SLOT_OP, op);
 	put32(d, VG_PV_SLOT_RESULT, (u32)-EINPROGRESS);
 	put32(d, VG_PV_SLOT_COUNT, count);
-	put32(d, VG_PV_SLOT_FLAGS, 0);
+	put32(d, VG_PV_SLOT_FLAGS, flags);
 	put64(d, VG_PV_SLOT_ARG0, arg0);
 	put64(d, VG_PV_SLOT_ARG1, arg1);
 	vg_os_wmb();
@@ -33,6 +33,57 @@ static int pv_call(struct vg_dev *d, u32 op, u64 arg0, u64 arg1, u32 count)
 	vg_os_rmb();
 	d->pv_calls++;
 	return (int)(s32)get32(d, VG_PV_SLOT_RESULT);
+}
+
+static int pv_call(struct vg_dev *d, u32 op, u64 arg0, u64 arg1, u32 count)
+{
+	return pv_call_flags(d, op, arg0, arg1, count, 0);
+}
+
+/* PV 2 ranges (hw-spec 1.2) in the batched mode: a whole buffer per call. */
+static bool pv_ranges(struct vg_dev *d)
+{
+	return d->pv_mode == VG_PV_BATCH && d->pv_version >= VG_PV_VERSION_RANGES;
+}
+
+/* PTEs one MAP_RANGE call carries: the u64 array runs from ENTRIES through every slot */
+static u32 pv_range_max(struct vg_dev *d)
+{
+	u32 slots = d->pv_area_slots ? d->pv_area_slots : 1;
+
+	return (slots * VG_PV_SLOT_SIZE - VG_PV_SLOT_ENTRIES) / 8;
+}
+
+static int pv_range_call(struct vg_vm *vm, u32 op, u64 va, u32 n, u32 flags)
+{
+	struct vg_dev *d = vm->dev;
+	int ret = pv_call_flags(d, op, vm->pd_addr, va, n, flags);
+
+	if (ret)
+		vg_warn(d, "PV op %u at 0x%llx: %d after %u of %u pages", op, (unsigned long long)va, ret,
+			get32(d, VG_PV_SLOT_COUNT), n);
+	return ret;
+}
+
+static int pv_map_range(struct vg_vm *vm, u64 va, u32 count, const u64 *addrs, u64 base, u64 flags)
+{
+	struct vg_dev *d = vm->dev;
+	u32 max = pv_range_max(d), n, i;
+	int ret;
+
+	if (!addrs) { /* contiguous (VRAM): one PTE describes the whole buffer */
+		put64(d, VG_PV_SLOT_ENTRIES, (base & VG_ENTRY_ADDR_MASK) | flags | VG_PTE_PRESENT);
+		return pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, count, VG_PV_RANGE_CONTIGUOUS);
+	}
+	for (; count; count -= n, addrs += n, va += (u64)n * VG_PAGE_SIZE) {
+		n = count < max ? count : max;
+		for (i = 0; i < n; i++)
+			put64(d, VG_PV_SLOT_ENTRIES + 8 * i, (addrs[i] & VG_ENTRY_ADDR_MASK) | flags | VG_PTE_PRESENT);
+		ret = pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, n, 0);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static int pv_alloc(struct vg_dev *d, u64 size, u64 align, u64 *addr)
@@ -84,6 +135,8 @@ static int pv_map(struct vg_vm *vm, u64 va, u32 count, const u64 *addrs, u64 bas
 	u32 max = pv_batch(d), n = 0, i;
 	int ret;
 
+	if (pv_ranges(d))
+		return pv_map_range(vm, va, count, addrs, base, flags);
 	for (i = 0; i < count; i++, va += VG_PAGE_SIZE) {
 		u64 page = addrs ? addrs[i] : base + (u64)i * VG_PAGE_SIZE;
 
@@ -105,6 +158,13 @@ static int pv_unmap(struct vg_vm *vm, u64 va, u32 count)
 	u32 max = pv_batch(d), n = 0, i;
 	int ret;
 
+	if (pv_ranges(d)) {
+		/* an unmap is always followed by a flush (the pages go back): one call does both */
+		ret = pv_range_call(vm, VG_PV_OP_UNMAP_RANGE, va, count, VG_PV_RANGE_FLUSH);
+		if (!ret)
+			vm->dirty = false;
+		return ret;
+	}
 	for (i = 0; i < count; i++, va += VG_PAGE_SIZE) {
 		put64(d, VG_PV_SLOT_ENTRIES + 16 * n, va);
 		put64(d, VG_PV_SLOT_ENTRIES + 16 * n + 8, 0);
@@ -137,7 +197,7 @@ int vg_pv_register(struct vg_dev *d)
 		return -EINVAL;
 	vg_wr(d, VG_PV_AREA_LO, VG_LO32(d->pv_area_bus));
 	vg_wr(d, VG_PV_AREA_HI, VG_HI32(d->pv_area_bus));
-	vg_wr(d, VG_PV_AREA_SLOTS, 1);
+	vg_wr(d, VG_PV_AREA_SLOTS, d->pv_area_slots ? d->pv_area_slots : 1);
 	status = vg_rd(d, VG_PV_STATUS);
 	return status ? -(int)status : 0;
 }

@@ -142,6 +142,12 @@
 #define VG_PV_OP_FLUSH 4
 #define VG_PV_OP_MEM_ALLOC 5
 #define VG_PV_OP_MEM_FREE 6
+/* PV_VERSION 2 (hw-spec 1.2): ranges; PTEs as a u64 array from ENTRIES on, through the next slots */
+#define VG_PV_OP_MAP_RANGE 7
+#define VG_PV_OP_UNMAP_RANGE 8
+#define VG_PV_RANGE_CONTIGUOUS 0x1u /* slot flags: one PTE, page i at its address + i * 4 KiB */
+#define VG_PV_RANGE_FLUSH 0x2u      /* slot flags: FLUSH the PD after the range */
+#define VG_PV_VERSION_RANGES 2
 
 /* §4.1 instance block (4 KiB, VRAM) */
 #define VG_INST_SIZE 4096

@@ -25,8 +25,10 @@
 /*
  * 2: PROG_INFO (program limits), struct vugpu_error.reason (WAIT grew by 8 bytes; the driver
  *    still answers version 1's smaller WAIT, VUGPU_IOC_WAIT_V1).
+ * 3: VUGPU_MEM_NO_CPU (a buffer only the GPU uses: cleared with the next submission, not at
+ *    allocation; not mmappable).
  */
-#define VUGPU_UAPI_VERSION 2
+#define VUGPU_UAPI_VERSION 3
 
 struct vugpu_info {
 	__u32 version;        /* VUGPU_UAPI_VERSION */
@@ -76,6 +78,12 @@ struct vugpu_ctx_create {
 
 #define VUGPU_MEM_VRAM 0x0          /* device memory */
 #define VUGPU_MEM_READ_ONLY 0x1     /* GPU may not write (PTE READ_ONLY) */
+/*
+ * uapi 3: the buffer is never mapped by the CPU (mmap refuses it), so the driver may defer its
+ * zeroing to the context's next submission, ahead of the submitted work: allocating costs no
+ * GPU round trip, and a run of allocations one submission (VRAM buffers only).
+ */
+#define VUGPU_MEM_NO_CPU 0x2
 
 struct vugpu_mem_alloc {
 	__u64 size;        /* in: bytes; out: the size allocated (rounded up to 4 KiB) */

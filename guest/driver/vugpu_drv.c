@@ -351,7 +351,8 @@ static int ioc_mem_alloc(struct vugpu_file *fp, struct vg_ctx *c, void __user *u
 		a.va = bo->va;
 		a.size = bo->size;
 		a.mmap_offset = bo->vram_addr; /* unique device-wide: a free zaps exactly its mappings */
-		ret = map_add(fp, bo->vram_addr, bo->size);
+		/* NO_CPU: its clear may still be pending, so mmap must never reach it */
+		ret = (a.flags & VUGPU_MEM_NO_CPU) ? 0 : map_add(fp, bo->vram_addr, bo->size);
 		if (ret)
 			vg_ctx_bo_free(c, bo);
 	}
@@ -773,13 +774,14 @@ static int vugpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		pv = 0;
 	}
 	if (pv) {
-		vd->pv_cpu = dma_alloc_coherent(&pdev->dev, VG_PV_SLOT_SIZE, &vd->pv_dma, GFP_KERNEL);
+		vd->pv_cpu = dma_alloc_coherent(&pdev->dev, VG_PV_AREA_BYTES, &vd->pv_dma, GFP_KERNEL);
 		if (!vd->pv_cpu) {
 			ret = -ENOMEM;
 			goto err;
 		}
 		d->pv_area = vd->pv_cpu;
 		d->pv_area_bus = vd->pv_dma;
+		d->pv_area_slots = VG_PV_AREA_SLOTS_WANT;
 		d->pv_request = pv;
 	}
 
@@ -816,7 +818,7 @@ err_core:
 err_irq:
 	vugpu_free_irqs(vd);
 	if (vd->pv_cpu)
-		dma_free_coherent(&pdev->dev, VG_PV_SLOT_SIZE, vd->pv_cpu, vd->pv_dma);
+		dma_free_coherent(&pdev->dev, VG_PV_AREA_BYTES, vd->pv_cpu, vd->pv_dma);
 err:
 	pci_set_drvdata(pdev, NULL);
 	kref_put(&vd->ref, vugpu_dev_release);
@@ -846,7 +848,7 @@ static void vugpu_remove(struct pci_dev *pdev)
 		vg_dev_fini(&vd->core);
 	vugpu_free_irqs(vd);
 	if (vd->pv_cpu)
-		dma_free_coherent(&pdev->dev, VG_PV_SLOT_SIZE, vd->pv_cpu, vd->pv_dma);
+		dma_free_coherent(&pdev->dev, VG_PV_AREA_BYTES, vd->pv_cpu, vd->pv_dma);
 	dev_info(&pdev->dev, "removed\n");
 	kref_put(&vd->ref, vugpu_dev_release);
 }

@@ -1199,24 +1199,38 @@ int attack_pv(struct ctx *x)
 			{ "slots_65", area, 65, 22 },
 			{ "area_ok", area, 1, 0 },
 		};
+		/* range ops (PV 2): the first u64 at ENTRIES (the `va` column) is the first PTE */
 		struct {
 			const char *what;
 			uint32_t op, count;
 			uint64_t a0, a1, va, pte;
 			int32_t want;
+			uint32_t flags;
 		} call[] = {
-			{ "op_99", 99, 0, 0, 0, 0, 0, -38 },
-			{ "set_pgd_beyond_slice", VG_PV_OP_SET_PGD, 0, g->slice, 0, 0, 0, -22 },
-			{ "set_pgd_ok", VG_PV_OP_SET_PGD, 0, 0x800000, 0, 0, 0, 0 },
-			{ "map_vram_beyond_slice", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_vram(g->slice + 4096), -14 },
-			{ "map_unmapped_sysmem", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_sys(UNMAPPED_GPA), -14 },
-			{ "map_bus_address_of_vm0", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_sys((1ull << 44) | x->sys.gpa[0]), -14 },
-			{ "map_count_1000", VG_PV_OP_MAP_BATCH, 1000, 0x800000, 0, 0x1000, pte_vram(0), -22 },
-			{ "map_unaligned_va", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1234, pte_vram(0), -22 },
-			{ "map_pd_not_pv", VG_PV_OP_MAP_BATCH, 1, 0x900000, 0, 0x1000, pte_vram(0), -22 },
-			{ "mem_free_bogus", VG_PV_OP_MEM_FREE, 0, 0x123000, 0, 0, 0, -22 },
-			{ "mem_alloc_huge", VG_PV_OP_MEM_ALLOC, 0, 1ull << 40, 4096, 0, 0, -12 },
-			{ "mem_alloc_bad_align", VG_PV_OP_MEM_ALLOC, 0, 4096, 3, 0, 0, -22 },
+			{ "op_99", 99, 0, 0, 0, 0, 0, -38, 0 },
+			{ "set_pgd_beyond_slice", VG_PV_OP_SET_PGD, 0, g->slice, 0, 0, 0, -22, 0 },
+			{ "set_pgd_ok", VG_PV_OP_SET_PGD, 0, 0x800000, 0, 0, 0, 0, 0 },
+			{ "map_vram_beyond_slice", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_vram(g->slice + 4096), -14, 0 },
+			{ "map_unmapped_sysmem", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_sys(UNMAPPED_GPA), -14, 0 },
+			{ "map_bus_address_of_vm0", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_sys((1ull << 44) | x->sys.gpa[0]), -14, 0 },
+			{ "map_count_1000", VG_PV_OP_MAP_BATCH, 1000, 0x800000, 0, 0x1000, pte_vram(0), -22, 0 },
+			{ "map_unaligned_va", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1234, pte_vram(0), -22, 0 },
+			{ "map_pd_not_pv", VG_PV_OP_MAP_BATCH, 1, 0x900000, 0, 0x1000, pte_vram(0), -22, 0 },
+			{ "mem_free_bogus", VG_PV_OP_MEM_FREE, 0, 0x123000, 0, 0, 0, -22, 0 },
+			{ "mem_alloc_huge", VG_PV_OP_MEM_ALLOC, 0, 1ull << 40, 4096, 0, 0, -12, 0 },
+			{ "mem_alloc_bad_align", VG_PV_OP_MEM_ALLOC, 0, 4096, 3, 0, 0, -22, 0 },
+			{ "range_runs_past_slice", VG_PV_OP_MAP_RANGE, 2, 0x800000, 0x2000, pte_vram(g->slice - 4096), 0, -14,
+			  VG_PV_RANGE_CONTIGUOUS },
+			{ "range_unmapped_sysmem", VG_PV_OP_MAP_RANGE, 1, 0x800000, 0x2000, pte_sys(UNMAPPED_GPA), 0, -14, 0 },
+			{ "range_ptes_past_area", VG_PV_OP_MAP_RANGE, 600, 0x800000, 0x2000, pte_vram(0), 0, -22, 0 },
+			{ "range_count_huge", VG_PV_OP_MAP_RANGE, 0x7fffffffu, 0x800000, 0x2000, pte_vram(0), 0, -22,
+			  VG_PV_RANGE_CONTIGUOUS },
+			{ "range_past_va_space", VG_PV_OP_MAP_RANGE, 2, 0x800000, (1ull << 40) - 4096, pte_vram(0), 0, -22,
+			  VG_PV_RANGE_CONTIGUOUS },
+			{ "range_bad_flags", VG_PV_OP_MAP_RANGE, 1, 0x800000, 0x2000, pte_vram(0), 0, -22, 0x80 },
+			{ "range_pd_not_pv", VG_PV_OP_MAP_RANGE, 1, 0x900000, 0x2000, pte_vram(0), 0, -22, VG_PV_RANGE_CONTIGUOUS },
+			{ "unmap_range_past_va_space", VG_PV_OP_UNMAP_RANGE, 0x100000, 0x800000, (1ull << 40) - 4096, 0, 0, -22, 0 },
+			{ "unmap_range_count_huge", VG_PV_OP_UNMAP_RANGE, 0xffffffffu, 0x800000, 0, 0, 0, -22, 0 },
 		};
 
 		for (unsigned int i = 0; i < sizeof(reg) / sizeof(reg[0]); i++) {
@@ -1236,6 +1250,7 @@ int attack_pv(struct ctx *x)
 			memset((void *)slot, 0, 4096);
 			*(volatile uint32_t *)(slot + VG_PV_SLOT_OP) = call[i].op;
 			*(volatile uint32_t *)(slot + VG_PV_SLOT_COUNT) = call[i].count;
+			*(volatile uint32_t *)(slot + VG_PV_SLOT_FLAGS) = call[i].flags;
 			*(volatile uint64_t *)(slot + VG_PV_SLOT_ARG0) = call[i].a0;
 			*(volatile uint64_t *)(slot + VG_PV_SLOT_ARG1) = call[i].a1;
 			*(volatile uint64_t *)(slot + VG_PV_SLOT_ENTRIES) = call[i].va;

@@ -25,8 +25,11 @@ struct vg_backend {
 	/* PPROG limits read by the driver at probe; version 0 when the device (or an older driver)
 	 * runs no programs */
 	int (*prog_info)(struct vg_backend_ctx *b, struct vugpu_prog_info *info);
-	/* VRAM: *cpu is a BAR1 mapping of the buffer (write-combining), NULL if not mappable */
-	int (*vram_alloc)(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu);
+	/* VRAM: with cpu_access, *cpu is a BAR1 mapping of the buffer (write-combining), NULL if not
+	 * mappable; without, the buffer is GPU-only (VUGPU_MEM_NO_CPU: the driver may clear it with
+	 * the next submission instead of at once) and *cpu is NULL */
+	int (*vram_alloc)(struct vg_backend_ctx *b, uint64_t size, int cpu_access, uint32_t *handle, uint64_t *va,
+			  void **cpu);
 	/* pinned host memory, mapped into the GPU VA as system memory */
 	int (*host_alloc)(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu);
 	int (*mem_free)(struct vg_backend_ctx *b, uint32_t handle, void *cpu, uint64_t size, int host);

@@ -203,11 +203,12 @@ static int host_dev_get(struct host_dev **out)
 	e = getenv("VUGPU_PV");
 	hd->core.pv_request = e ? atoi(e) : 0;
 	if (hd->core.pv_request) {
-		ret = vg_ralloc_alloc(&hd->sysalloc, VG_PV_SLOT_SIZE, VG_PV_SLOT_SIZE, &hd->pv_off);
+		ret = vg_ralloc_alloc(&hd->sysalloc, VG_PV_AREA_SLOTS_WANT * VG_PV_SLOT_SIZE, VG_PV_SLOT_SIZE, &hd->pv_off);
 		if (ret)
 			goto fail;
 		hd->core.pv_area = hd->sys + hd->pv_off;
 		hd->core.pv_area_bus = SYSMEM_IOVA + hd->pv_off;
+		hd->core.pv_area_slots = VG_PV_AREA_SLOTS_WANT;
 	}
 	ret = vg_dev_init(&hd->core);
 	if (ret) {
@@ -280,16 +281,17 @@ static int host_prog_info(struct vg_backend_ctx *b, struct vugpu_prog_info *info
 	return 0;
 }
 
-static int host_vram_alloc(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu)
+static int host_vram_alloc(struct vg_backend_ctx *b, uint64_t size, int cpu_access, uint32_t *handle, uint64_t *va,
+			   void **cpu)
 {
 	struct vg_bo *bo;
-	int ret = vg_ctx_vram_alloc(b->ctx, size, 0, &bo);
+	int ret = vg_ctx_vram_alloc(b->ctx, size, cpu_access ? 0 : VUGPU_MEM_NO_CPU, &bo);
 
 	if (ret)
 		return ret;
 	*handle = bo->handle;
 	*va = bo->va;
-	*cpu = (void *)(b->hd->vfu.bar1 + bo->vram_addr);
+	*cpu = cpu_access ? (void *)(b->hd->vfu.bar1 + bo->vram_addr) : NULL;
 	return 0;
 }
 

@@ -79,16 +79,27 @@ static int kmod_prog_info(struct vg_backend_ctx *b, struct vugpu_prog_info *info
 	return ret;
 }
 
-static int kmod_vram_alloc(struct vg_backend_ctx *b, uint64_t size, uint32_t *handle, uint64_t *va, void **cpu)
+static int kmod_vram_alloc(struct vg_backend_ctx *b, uint64_t size, int cpu_access, uint32_t *handle, uint64_t *va,
+			   void **cpu)
 {
-	struct vugpu_mem_alloc a = { .size = size, .flags = VUGPU_MEM_VRAM };
+	struct vugpu_mem_alloc a = { .size = size, .flags = cpu_access ? VUGPU_MEM_VRAM : VUGPU_MEM_NO_CPU };
 	struct vugpu_mem_free f = { 0 };
 	void *p;
 	int ret;
 
 	ret = xioctl(b->fd, VUGPU_IOC_MEM_ALLOC, &a);
+	if (ret == -EINVAL && !cpu_access) { /* a driver of uapi < 3: an ordinary buffer, left unmapped */
+		a = (struct vugpu_mem_alloc){ .size = size, .flags = VUGPU_MEM_VRAM };
+		ret = xioctl(b->fd, VUGPU_IOC_MEM_ALLOC, &a);
+	}
 	if (ret)
 		return ret;
+	if (!cpu_access) {
+		*handle = a.handle;
+		*va = a.va;
+		*cpu = NULL;
+		return 0;
+	}
 	size = (size + 4095) & ~4095ull;
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, (off_t)a.mmap_offset);
 	if (p == MAP_FAILED) {

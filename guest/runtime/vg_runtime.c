@@ -10,8 +10,16 @@
  * copy, sized to it (64 KiB to 4 MiB, a power of two), and grown when a larger copy comes. VUGPU_COPY=bar1 switches to CPU copies through the
  * BAR1 mapping instead (for comparison; reads of BAR1 are slow under TCG).
  *
- * Kernel parameters are written through BAR1 into a ring of 64 parameter slots (4 KiB each) in
- * VRAM; a slot is reused once the launch that used it has completed.
+ * Kernel parameters are written into a ring of 64 parameter slots (4 KiB each) in pinned host
+ * memory (zeroed by the OS, so it needs no clear on the GPU and no BAR1 mapping); a slot is
+ * reused once the launch that used it has completed. Buffers of vgMemAlloc are GPU-only unless
+ * VUGPU_COPY=bar1 needs their CPU mapping: the driver then clears them with the next submission
+ * instead of one GPU round trip each.
+ *
+ * Launches are queued in the context (up to BATCH_LAUNCHES of them) and go to the driver as one
+ * submission — one doorbell — when the program next needs the GPU to catch up: a copy (the
+ * launches ride in front of it), vgSynchronize, a free, or a full queue. Until then the GPU
+ * would only be waiting for them anyway: nothing can observe a launch before one of those.
  *
  * Copies ask for an interrupt on their fence (the runtime waits for them at once); launches do
  * not, and vgSynchronize lets the driver request one only if it has to sleep.
@@ -33,6 +41,8 @@
 #define PARAM_SLOT_SIZE 4096u
 #define COPY_MAX_LINE (1u << 30)
 #define PB_WORDS 512u
+#define BATCH_WORDS 4096u    /* ≤ VUGPU_SUBMIT_MAX_DWORDS */
+#define BATCH_LAUNCHES 32u   /* < PARAM_SLOTS: a parameter slot being reused is never in the queue */
 
 struct vg_alloc {
 	struct vg_alloc *next;
@@ -70,6 +80,11 @@ struct vgContextRec {
 	struct vugpu_prog_info prog_info;
 	int prog_info_valid;
 	struct vgProgramRec *programs;
+	/* launches queued for the next submission */
+	uint32_t batch[BATCH_WORDS];
+	uint32_t batch_n;
+	unsigned int batch_slot[BATCH_LAUNCHES];
+	unsigned int batch_launches;
 };
 
 static const struct vg_backend *g_backend;
@@ -258,7 +273,8 @@ vgResult vgInit(unsigned int flags)
 	return VG_SUCCESS;
 }
 
-static vgResult alloc_record(vgContext ctx, int host, uint64_t size, struct vg_alloc **out)
+/* host: pinned host memory; else VRAM, CPU-mapped only with cpu (GPU-only buffers clear lazily) */
+static vgResult alloc_record(vgContext ctx, int host, int cpu, uint64_t size, struct vg_alloc **out)
 {
 	struct vg_alloc *a = calloc(1, sizeof(*a));
 	int ret;
@@ -268,7 +284,7 @@ static vgResult alloc_record(vgContext ctx, int host, uint64_t size, struct vg_a
 	a->host = host;
 	a->size = size;
 	ret = host ? ctx->be->host_alloc(ctx->b, size, &a->handle, &a->va, &a->cpu)
-		   : ctx->be->vram_alloc(ctx->b, size, &a->handle, &a->va, &a->cpu);
+		   : ctx->be->vram_alloc(ctx->b, size, cpu, &a->handle, &a->va, &a->cpu);
 	if (ret) {
 		free(a);
 		return be_result(ctx, ret, host ? "pinned host allocation" : "VRAM allocation");
@@ -279,11 +295,15 @@ static vgResult alloc_record(vgContext ctx, int host, uint64_t size, struct vg_a
 	return VG_SUCCESS;
 }
 
+static vgResult flush_launches(vgContext ctx);
+
 static vgResult alloc_release(vgContext ctx, struct vg_alloc *a)
 {
 	struct vg_alloc **pp;
 	int ret;
 
+	/* queued launches may use it: they go first (the driver then waits for them) */
+	flush_launches(ctx);
 	for (pp = &ctx->allocs; *pp; pp = &(*pp)->next) {
 		if (*pp == a) {
 			*pp = a->next;
@@ -324,7 +344,7 @@ vgResult vgCtxCreate(vgContext *out)
 	 * none of the caller's work: the context is not theirs yet, so try again on the rebound
 	 * channel instead of failing a create nobody can recover from. */
 	for (tries = 0;; tries++) {
-		r = alloc_record(ctx, 0, PARAM_SLOTS * PARAM_SLOT_SIZE, &ctx->params);
+		r = alloc_record(ctx, 1, 1, PARAM_SLOTS * PARAM_SLOT_SIZE, &ctx->params);
 		if (!r || ctx->chan_err.code != VG_CERR_ENGINE_LOST || tries == 2)
 			break;
 		memset(&ctx->chan_err, 0, sizeof(ctx->chan_err));
@@ -344,6 +364,8 @@ vgResult vgCtxDestroy(vgContext ctx)
 
 	if (!ctx || !ctx->b)
 		return VG_ERROR_INVALID_CONTEXT;
+	if (!ctx->sticky)
+		flush_launches(ctx); /* queued work is submitted work, as for a driver that rang at once */
 	/*
 	 * Closing the context releases every buffer at once (the driver stops the channel first).
 	 * CPU mappings of VRAM must go before the close (they pin the driver's file), pinned host
@@ -429,7 +451,7 @@ vgResult vgMemAlloc(vgContext ctx, vgDevicePtr *dptr, size_t bytes)
 	CHECK_CTX(ctx);
 	if (!dptr || !bytes)
 		return VG_ERROR_INVALID_VALUE;
-	r = alloc_record(ctx, 0, bytes, &a);
+	r = alloc_record(ctx, 0, ctx->bar1_copies, bytes, &a);
 	if (!r)
 		*dptr = a->va;
 	return r;
@@ -454,7 +476,7 @@ vgResult vgMemAllocHost(vgContext ctx, void **ptr, size_t bytes)
 	CHECK_CTX(ctx);
 	if (!ptr || !bytes)
 		return VG_ERROR_INVALID_VALUE;
-	r = alloc_record(ctx, 1, bytes, &a);
+	r = alloc_record(ctx, 1, 1, bytes, &a);
 	if (!r)
 		*ptr = a->cpu;
 	return r;
@@ -466,7 +488,7 @@ vgResult vgMemFreeHost(vgContext ctx, void *ptr)
 
 	CHECK_CTX(ctx);
 	for (a = ctx->allocs; a; a = a->next)
-		if (a->host && a->cpu == ptr && a != ctx->staging[0] && a != ctx->staging[1])
+		if (a->host && a->cpu == ptr && a != ctx->staging[0] && a != ctx->staging[1] && a != ctx->params)
 			return alloc_release(ctx, a);
 	return VG_ERROR_INVALID_HANDLE;
 }
@@ -498,11 +520,10 @@ static void pb_copy(struct pb *p, uint64_t src, uint64_t dst, uint32_t len)
 	pb_mthd(p, VG_SUBCH_COPY, VG_COPY_LAUNCH_DMA, 1, &launch);
 }
 
-/* irq: the caller waits for this submission right away (copies); launches are left silent */
-static vgResult submit(vgContext ctx, const struct pb *p, int irq, uint64_t *seq)
+static vgResult submit_words(vgContext ctx, const uint32_t *w, uint32_t n, int irq, uint64_t *seq)
 {
 	uint64_t s = 0;
-	int ret = ctx->be->submit(ctx->b, p->w, p->n, irq ? VUGPU_SUBMIT_FENCE_IRQ : 0, &s);
+	int ret = ctx->be->submit(ctx->b, w, n, irq ? VUGPU_SUBMIT_FENCE_IRQ : 0, &s);
 
 	if (ret)
 		return be_result(ctx, ret, "submit");
@@ -510,6 +531,68 @@ static vgResult submit(vgContext ctx, const struct pb *p, int irq, uint64_t *seq
 	if (seq)
 		*seq = s;
 	return VG_SUCCESS;
+}
+
+/*
+ * Submit the queued launches with p (NULL: none) after them — one submission when they fit
+ * together. irq: the caller waits for this submission right away (copies); launches alone are
+ * left silent. *seq (if not NULL) is the fence of p, or of the launches when p is NULL.
+ */
+static vgResult submit(vgContext ctx, const struct pb *p, int irq, uint64_t *seq)
+{
+	unsigned int i, n = ctx->batch_launches;
+	uint64_t s = 0;
+	vgResult r;
+
+	if (!ctx->batch_n)
+		return p ? submit_words(ctx, p->w, p->n, irq, seq) : VG_SUCCESS;
+	if (p && ctx->batch_n + p->n <= BATCH_WORDS) {
+		memcpy(ctx->batch + ctx->batch_n, p->w, (size_t)p->n * 4);
+		ctx->batch_n += p->n;
+		p = NULL;
+	}
+	r = submit_words(ctx, ctx->batch, ctx->batch_n, p ? 0 : irq, &s);
+	ctx->batch_n = 0;
+	ctx->batch_launches = 0;
+	if (r)
+		return r;
+	for (i = 0; i < n; i++)
+		ctx->param_seq[ctx->batch_slot[i]] = s;
+	if (p)
+		return submit_words(ctx, p->w, p->n, irq, seq);
+	if (seq)
+		*seq = s;
+	return VG_SUCCESS;
+}
+
+/* Hand the queued launches to the driver (one doorbell). */
+static vgResult flush_launches(vgContext ctx)
+{
+	return submit(ctx, NULL, 0, NULL);
+}
+
+/* Queue a launch whose parameters are in slot; its fence becomes the slot's at submission. */
+static vgResult queue_launch(vgContext ctx, const struct pb *p, unsigned int slot)
+{
+	vgResult r;
+
+	if (ctx->batch_n + p->n > BATCH_WORDS || ctx->batch_launches == BATCH_LAUNCHES) {
+		r = flush_launches(ctx);
+		if (r)
+			return r;
+	}
+	memcpy(ctx->batch + ctx->batch_n, p->w, (size_t)p->n * 4);
+	ctx->batch_n += p->n;
+	ctx->batch_slot[ctx->batch_launches++] = slot;
+	return VG_SUCCESS;
+}
+
+/* Everything submitted or queued so far has completed. */
+static vgResult sync_all(vgContext ctx)
+{
+	vgResult r = flush_launches(ctx);
+
+	return r ? r : wait_seq(ctx, ctx->last_seq);
 }
 
 /* GPU copy of len bytes between two GPU VAs, split into lines the engine accepts; waits. */
@@ -565,7 +648,7 @@ static vgResult ensure_staging(vgContext ctx, uint64_t bytes, uint32_t *chunk)
 		}
 		ctx->staging_size = 0;
 		for (i = 0; i < 2; i++) {
-			r = alloc_record(ctx, 1, want, &ctx->staging[i]);
+			r = alloc_record(ctx, 1, 1, want, &ctx->staging[i]);
 			if (r)
 				return r;
 		}
@@ -599,7 +682,7 @@ vgResult vgMemcpyHtoD(vgContext ctx, vgDevicePtr dst, const void *src, size_t by
 		return gpu_copy(ctx, h->va + ((uintptr_t)src - (uintptr_t)h->cpu), dst, bytes);
 	if (ctx->bar1_copies && d->cpu) {
 		/* earlier work may still write the buffer */
-		r = wait_seq(ctx, ctx->last_seq);
+		r = sync_all(ctx);
 		if (!r)
 			memcpy((uint8_t *)d->cpu + (dst - d->va), src, bytes);
 		return r;
@@ -649,7 +732,7 @@ vgResult vgMemcpyDtoH(vgContext ctx, void *dst, vgDevicePtr src, size_t bytes)
 	if (h)
 		return gpu_copy(ctx, src, h->va + ((uintptr_t)dst - (uintptr_t)h->cpu), bytes);
 	if (ctx->bar1_copies && d->cpu) {
-		r = wait_seq(ctx, ctx->last_seq);
+		r = sync_all(ctx);
 		if (!r)
 			memcpy(dst, (const uint8_t *)d->cpu + (src - d->va), bytes);
 		return r;
@@ -754,13 +837,19 @@ vgResult vgLaunch(vgContext ctx, unsigned int kernel, const unsigned int grid[3]
 		pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4 * nbuffers, b);
 	}
 	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1, &launch);
-	return submit(ctx, &p, 0, &ctx->param_seq[slot]);
+	return queue_launch(ctx, &p, slot);
 }
 
 vgResult vgSynchronize(vgContext ctx)
 {
 	CHECK_CTX(ctx);
-	return wait_seq(ctx, ctx->last_seq);
+	return sync_all(ctx);
+}
+
+vgResult vgFlush(vgContext ctx)
+{
+	CHECK_CTX(ctx);
+	return flush_launches(ctx);
 }
 
 /* ---- programs (hw-spec §6.3) ---- */
@@ -847,7 +936,7 @@ vgResult vgProgramLoad(vgContext ctx, const void *spirv, size_t bytes, vgProgram
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return VG_ERROR_OUT_OF_MEMORY;
-	r = alloc_record(ctx, 0, bytes, &a);
+	r = alloc_record(ctx, 0, 0, bytes, &a);
 	if (r) {
 		free(p);
 		return r;
@@ -961,5 +1050,5 @@ vgResult vgLaunchProgram(vgContext ctx, vgProgram prog, unsigned int entry, cons
 	if (nbindings)
 		pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_BUFFER(0), 4 * nbindings, b);
 	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1, &launch);
-	return submit(ctx, &p, 0, &ctx->param_seq[slot]);
+	return queue_launch(ctx, &p, slot);
 }

@@ -157,6 +157,9 @@ vgResult vgMemcpyDtoD(vgContext ctx, vgDevicePtr dst, vgDevicePtr src, size_t by
 vgResult vgLaunch(vgContext ctx, unsigned int kernel, const unsigned int grid[3], const void *params,
 		  size_t param_bytes, const vgBuffer *buffers, unsigned int nbuffers);
 vgResult vgSynchronize(vgContext ctx);
+/* Hand queued launches to the device now (they are otherwise submitted together, at the next
+ * copy, vgSynchronize, free, or when the queue is full); does not wait. */
+vgResult vgFlush(vgContext ctx);
 
 vgResult vgProgramLimits(vgContext ctx, vgProgLimits *limits);
 /* Copy a SPIR-V module (words, little-endian) into GPU memory. The device checks it at launch. */

@@ -2,7 +2,9 @@
 // guest registers a shared area of 4 KiB slots in its RAM, writes a call into a slot and the
 // slot index into PV_CALL; the call is complete when the write returns. MAP/UNMAP batches (the
 // multicall) go straight into host-owned shadow tables, each entry validated like a shadow PTE,
-// so nothing needs rescanning at flush time.
+// so nothing needs rescanning at flush time. PV 2 (hw-spec 1.2) adds whole ranges per call:
+// MAP_RANGE (one PTE for a contiguous range, or a PTE array running on through the following
+// slots) and UNMAP_RANGE, either with an optional flush.
 import type { Logger } from '../log.ts';
 import type { RangeAllocator } from './alloc.ts';
 import type { VgpuCounters } from './counters.ts';
@@ -11,7 +13,8 @@ import type { ShadowMmu } from './shadow-mmu.ts';
 import type { ViewRow } from './regview.ts';
 import {
   PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
-  PV_MAX_SLOTS, PV_OP, PV_SLOT, PV_SLOT_SIZE, PV_STATUS, PV_VERSION,
+  PV_MAX_SLOTS, PV_OP, PV_RANGE, PV_RANGE_MAX, PV_SLOT, PV_SLOT_SIZE, PV_STATUS, PV_VERSION,
+  PV_VERSION_VALUE,
 } from '../gpu/spec.ts';
 
 const RO = 0xffffffff;
@@ -44,8 +47,11 @@ export interface PvState {
 interface Call {
   dv: DataView;
   count: number;
+  flags: number;
   arg0: number;
   arg1: number;
+  /** The area from this slot on, `bytes` long (PV 2 PTE arrays), or null past its end. */
+  span: (bytes: number) => DataView | null;
 }
 
 type OpHandler = (c: Call) => number;
@@ -83,6 +89,19 @@ export class PvPage {
         env.counters.vramInUseBytes = env.vramAlloc.inUse;
         return 0;
       },
+      [PV_OP.MAP_RANGE]: (c) => this.mapRange(c),
+      [PV_OP.UNMAP_RANGE]: (c) => {
+        const sp = env.mmu.pvSpace(c.arg0);
+        const n = c.count;
+        c.dv.setUint32(PV_SLOT.count, 0, true);
+        if (!sp || n > PV_RANGE_MAX || (c.flags & ~PV_RANGE.FLUSH) !== 0) return -EINVAL;
+        const err = env.mmu.pvUnmapRange(sp, c.arg1, n);
+        if (err !== 0) return -err;
+        env.counters.hypercallEntries += n;
+        c.dv.setUint32(PV_SLOT.count, n, true);
+        if (c.flags & PV_RANGE.FLUSH) env.counters.tlbFlushes++;
+        return 0;
+      },
     };
   }
 
@@ -90,7 +109,7 @@ export class PvPage {
   rows(): ViewRow[] {
     return [
       { addr: PV_MAGIC, name: 'PV_MAGIC', access: 'emulate', reset: PV_MAGIC_VALUE, ro: RO },
-      { addr: PV_VERSION, name: 'PV_VERSION', access: 'emulate', reset: 1, ro: RO },
+      { addr: PV_VERSION, name: 'PV_VERSION', access: 'emulate', reset: PV_VERSION_VALUE, ro: RO },
       { addr: PV_AREA_LO, name: 'PV_AREA_LO', access: 'emulate', reset: 0 },
       { addr: PV_AREA_HI, name: 'PV_AREA_HI', access: 'emulate', reset: 0 },
       { addr: PV_AREA_SLOTS, name: 'PV_AREA_SLOTS', access: 'trap', reset: 0, postWrite: (v) => this.register(v) },
@@ -146,7 +165,17 @@ export class PvPage {
     env.counters.hypercalls++;
     const dv = new DataView(v.bytes.buffer, v.bytes.byteOffset, PV_SLOT_SIZE);
     const op = dv.getUint32(PV_SLOT.op, true);
-    const c: Call = { dv, count: dv.getUint32(PV_SLOT.count, true), arg0: getU64(dv, PV_SLOT.arg0), arg1: getU64(dv, PV_SLOT.arg1) };
+    const start = this.s.area + index * PV_SLOT_SIZE;
+    const room = (this.s.slots - index) * PV_SLOT_SIZE;
+    const span = (bytes: number): DataView | null => {
+      if (!(bytes <= room)) return null;
+      const w = mem.view(start, bytes, false);
+      return w.ok ? new DataView(w.bytes.buffer, w.bytes.byteOffset, bytes) : null;
+    };
+    const c: Call = {
+      dv, count: dv.getUint32(PV_SLOT.count, true), flags: dv.getUint32(PV_SLOT.flags, true),
+      arg0: getU64(dv, PV_SLOT.arg0), arg1: getU64(dv, PV_SLOT.arg1), span,
+    };
     const handler = this.ops[op];
     const result = handler ? handler(c) : -ENOSYS;
     dv.setInt32(PV_SLOT.result, result, true);
@@ -178,6 +207,53 @@ export class PvPage {
     }
     env.counters.hypercallEntries += applied;
     c.dv.setUint32(PV_SLOT.count, applied, true);
+    return result;
+  }
+
+  /**
+   * MAP_RANGE (PV 2): `count` pages from VA arg1 — one PTE for all (CONTIGUOUS: page i at its
+   * address + i × 4 KiB) or `count` u64 PTEs from the slot's entries on, through the following
+   * slots. Each page is validated like a MAP_BATCH entry; stops at the first bad one
+   * (count = pages applied).
+   */
+  private mapRange(c: Call): number {
+    const env = this.env;
+    const sp = env.mmu.pvSpace(c.arg0);
+    const n = c.count;
+    const contiguous = (c.flags & PV_RANGE.CONTIGUOUS) !== 0;
+    c.dv.setUint32(PV_SLOT.count, 0, true);
+    if (!sp || n > PV_RANGE_MAX || (c.flags & ~(PV_RANGE.CONTIGUOUS | PV_RANGE.FLUSH)) !== 0) return -EINVAL;
+    const va = c.arg1;
+    if (!Number.isSafeInteger(va) || va % 4096 !== 0 || va + n * 4096 > 2 ** 40) return -EINVAL;
+    const ptes = contiguous ? c.dv : c.span(PV_SLOT.entries + 8 * n);
+    if (!ptes) return -EINVAL;
+    const ranges = env.mmu.ranges();
+    let applied = 0;
+    let result = 0;
+    const lo0 = ptes.getUint32(PV_SLOT.entries, true);
+    const flags = lo0 & 0xfff;
+    const base = (lo0 - flags) + ptes.getUint32(PV_SLOT.entries + 4, true) * TWO32;
+    for (let i = 0; i < n; i++) {
+      let lo: number;
+      let hi: number;
+      if (contiguous) {
+        const a = base + i * 4096;
+        lo = (a % TWO32) + flags;
+        hi = Math.floor(a / TWO32);
+      } else {
+        lo = ptes.getUint32(PV_SLOT.entries + 8 * i, true);
+        hi = ptes.getUint32(PV_SLOT.entries + 8 * i + 4, true);
+      }
+      const err = env.mmu.pvMap(sp, va + i * 4096, lo >>> 0, hi, ranges);
+      if (err !== 0) {
+        result = -err;
+        break;
+      }
+      applied++;
+    }
+    env.counters.hypercallEntries += applied;
+    c.dv.setUint32(PV_SLOT.count, applied, true);
+    if (result === 0 && (c.flags & PV_RANGE.FLUSH)) env.counters.tlbFlushes++;
     return result;
   }
 }

@@ -271,6 +271,28 @@ export class ShadowMmu {
     return 0;
   }
 
+  /**
+   * UNMAP pages [va, va + pages × 4 KiB) of a PV space (PV 2 UNMAP_RANGE): 128 MiB regions
+   * without a table are skipped whole, so the cost is bounded by the tables the VM owns.
+   * Returns 0 or EINVAL (range not 4 KiB aligned or beyond the VA space).
+   */
+  pvUnmapRange(sp: ShadowSpace, va: number, pages: number): number {
+    const end = va + pages * SMALL_PAGE;
+    if (!Number.isSafeInteger(va) || va < 0 || va % SMALL_PAGE !== 0 || end > VA_LIMIT) return EINVAL;
+    for (let a = va; a < end;) {
+      const pdi = Math.floor(a / PDE_SPAN);
+      const next = Math.min(end, (pdi + 1) * PDE_SPAN);
+      const t = sp.tables[pdi];
+      if (t) {
+        const size = t.large ? LARGE_PAGE : SMALL_PAGE;
+        const view = this.entries(t.addr, t.large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES);
+        for (let x = a; x < next; x += SMALL_PAGE) this.put(view, Math.floor((x % PDE_SPAN) / size), 0);
+      }
+      a = next;
+    }
+    return 0;
+  }
+
   /** A snapshot of the VM's DMA map for validating a batch of entries. */
   ranges(): GuestRanges {
     const mem = this.env.guest();

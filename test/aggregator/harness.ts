@@ -72,7 +72,8 @@ export class PvClient {
     if (st !== 0) throw new Error(`PV area registration failed: errno ${st}`);
   }
 
-  call(op: number, args: { arg0?: number; arg1?: number; entries?: [number, Entry][]; count?: number } = {}, slot = 0): PvResult {
+  /** ptes: a PV 2 u64 PTE array written from the slot's entries on (it may run into later slots). */
+  call(op: number, args: { arg0?: number; arg1?: number; entries?: [number, Entry][]; count?: number; flags?: number; ptes?: Entry[] } = {}, slot = 0): PvResult {
     const dv = this.dv;
     const b = slot * S.PV_SLOT_SIZE;
     const u64 = (at: number, v: number) => {
@@ -83,7 +84,11 @@ export class PvClient {
     dv.setUint32(b + S.PV_SLOT.op, op, true);
     dv.setInt32(b + S.PV_SLOT.result, 0x7eadbeef, true);
     dv.setUint32(b + S.PV_SLOT.count, args.count ?? entries.length, true);
-    dv.setUint32(b + S.PV_SLOT.flags, 0, true);
+    dv.setUint32(b + S.PV_SLOT.flags, args.flags ?? 0, true);
+    (args.ptes ?? []).forEach((e, i) => {
+      dv.setUint32(b + S.PV_SLOT.entries + 8 * i, e[0], true);
+      dv.setUint32(b + S.PV_SLOT.entries + 8 * i + 4, e[1], true);
+    });
     u64(S.PV_SLOT.arg0, args.arg0 ?? 0);
     u64(S.PV_SLOT.arg1, args.arg1 ?? 0);
     entries.forEach(([va, e], i) => {

@@ -41,7 +41,7 @@ describe('PV hypercall page', () => {
     h = host();
     const g = attach('pv-batch');
     expect(g.rd(S.PV_MAGIC)).toBe(S.PV_MAGIC_VALUE);
-    expect(g.rd(S.PV_VERSION)).toBe(1);
+    expect(g.rd(S.PV_VERSION)).toBe(2);
     const reg = (lo: number, hi: number, slots: number) => {
       g.wr(S.PV_AREA_LO, lo);
       g.wr(S.PV_AREA_HI, hi);
@@ -116,6 +116,61 @@ describe('PV hypercall page', () => {
     g.drv.flushTlb(pd);
     expect(g.vm.counters.shadowRebuilds).toBe(0);
     expect(pv.call(77).result).toBe(ENOSYS);
+  });
+
+  it('PV 2 range ops: one PTE for a contiguous range, PTE arrays across slots, each page validated', async () => {
+    h = host();
+    const g = attach('pv-batch');
+    const pv = g.pv!;
+    const pd = g.gvm.pd;
+    const c = g.vm.counters;
+    const page = g.vram(4 * 4096);
+    for (let i = 0; i < 4; i++) page.u32.fill(0x1000 + i, 1024 * i, 1024 * (i + 1));
+    const dst = g.vram(4096);
+    const va0 = 0x41_0000_0000; // fresh 128 MiB regions
+    const va1 = 0x42_0000_0000;
+    const R = S.PV_RANGE;
+    const flushes = c.tlbFlushes;
+    // CONTIGUOUS: one PTE maps all four pages; FLUSH counts as a flush.
+    const m = pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va0, count: 4, flags: R.CONTIGUOUS | R.FLUSH, ptes: [pte(page.addr)] });
+    expect(m).toMatchObject({ result: 0, count: 4 });
+    expect(c.tlbFlushes).toBe(flushes + 1);
+    await g.ch.copy(dst.va, va0 + 3 * 4096, 4096);
+    expect(dst.u32.every((v) => v === 0x1003)).toBe(true);
+    // A PTE array of 600 entries runs from slot 0 into slot 1 of the 2-slot area.
+    const ptes = Array.from({ length: 600 }, (_, i) => pte(page.addr + (i % 4) * 4096));
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va1, count: 600, ptes })).toMatchObject({ result: 0, count: 600 });
+    await g.ch.copy(dst.va, va1 + 598 * 4096, 4096); // 598 % 4 = 2
+    expect(dst.u32.every((v) => v === 0x1002)).toBe(true);
+    // An array that would run past the area, too many pages, unknown flags, the end of the VA
+    // space, a PD that is not PV-managed: refused whole.
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va1, count: 1100 })).toMatchObject({ result: EINVAL, count: 0 });
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va1, count: 2 ** 20 + 1, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va1, count: 1, flags: 0x80, ptes: [pte(page.addr)] }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: 2 ** 40 - 4096, count: 2, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va1 + 100, count: 1, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd + 4096, arg1: va1, count: 1, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] }).result).toBe(EINVAL);
+    // Every page is validated: a contiguous range running off the slice stops at its end.
+    const last = g.vm.slice.size - 4096;
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va0 + 0x10_0000, count: 3, flags: R.CONTIGUOUS, ptes: [pte(last)] }))
+      .toMatchObject({ result: EFAULT, count: 1 });
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va0 + 0x10_0000, count: 2, ptes: [pte(page.addr), pte(0x7_0000_0000, { target: S.TARGET_SYSMEM })] }))
+      .toMatchObject({ result: EFAULT, count: 1 });
+    // UNMAP_RANGE: all 600 pages at once (with its flush); they fault afterwards.
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va1, count: 600, flags: R.FLUSH })).toMatchObject({ result: 0, count: 600 });
+    const err = await g.ch.copy(dst.va, va1 + 598 * 4096, 16).then(() => null, (e: unknown) => e);
+    expect((err as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
+    g.ch.bind();
+    await g.ch.copy(dst.va, va0, 4096); // the other range is untouched
+    expect(dst.u32.every((v) => v === 0x1000)).toBe(true);
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: 2 ** 40 - 4096, count: 2 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: 0, count: 2 ** 32 - 1 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va1, count: 1, flags: R.CONTIGUOUS }).result).toBe(EINVAL);
+    // The largest range over regions without tables is skipped per 128 MiB region: fast.
+    const t0 = performance.now();
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: 0x80_0000_0000, count: 2 ** 20 }).result).toBe(0);
+    expect(performance.now() - t0).toBeLessThan(200);
+    expect(c.shadowRebuilds).toBe(0);
   });
 
   it('MEM_ALLOC/MEM_FREE allocate inside the slice and account VRAM exactly', () => {
