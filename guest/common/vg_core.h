@@ -175,6 +175,7 @@ struct vg_dev {
 	u64 vram_used;
 	struct vg_ctx *chans[VG_MAX_CHANNELS];
 	u32 contexts, channels_active;
+	u32 address_spaces;              /* live vg_vm (device lock): 1 lets a flush be one write */
 	u64 runlist_addr[2];
 	int runlist_cur;
 	u64 irq_count[VG_NUM_VECTORS];

@@ -62,6 +62,8 @@ int vg_vm_init(struct vg_vm *vm, struct vg_dev *d)
 			vm->pd_addr = 0;
 		}
 	}
+	if (!ret)
+		d->address_spaces++;
 	vg_unlock(d);
 	return ret;
 }
@@ -74,8 +76,10 @@ void vg_vm_fini(struct vg_vm *vm)
 		return;
 	vg_lock(d);
 	d->vm_ops->fini(vm);
-	if (vm->pd_addr)
+	if (vm->pd_addr) {
 		vg_vram_free_locked(d, vm->pd_addr, VG_PD_SIZE);
+		d->address_spaces--;
+	}
 	vg_unlock(d);
 	vm->pd_addr = 0;
 	vg_ralloc_fini(&vm->va);
