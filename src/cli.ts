@@ -69,6 +69,9 @@ async function serve(argv: string[]): Promise<number> {
 async function serveRestartable(options: VugpuOptions, p: PersistOptions, controlSocket?: string): Promise<number> {
   const { RestartableServer, AdoptError } = await import('./persist/serve.ts');
   delete process.env.VUGPU_SUCCESSOR; // not for the successor's own successor
+  // Loaded before adopting, not after: a successor's first minutes of serving are the guests'
+  // pause, and compiling these modules then cost it tens of milliseconds.
+  const { startService } = await import('./service/serve.ts');
   let rs;
   try {
     rs = await RestartableServer.open(options, p);
@@ -81,7 +84,6 @@ async function serveRestartable(options: VugpuOptions, p: PersistOptions, contro
     throw err;
   }
   // The control API on this process's Vugpu (a successor takes the socket over).
-  const { startService } = await import('./service/serve.ts');
   const service = await startService(rs.vugpu, { controlSocket, notify: false, takeOver: p.successor });
   const stop = (sig: string) => {
     logger.info({ signal: sig }, 'shutting down');

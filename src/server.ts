@@ -74,6 +74,9 @@ export interface VugpuAdopt {
   vms: Record<string, { index: number; base: number }>;
   /** Serve a VM's device on an adopted socket instead of listening anew (the fd keeper's part). */
   listen?: (vm: VmConfig, device: PciDevice, server: Server) => void;
+  /** Built ahead of an upgrade's handover, while the predecessor still serves: no socket and
+   * no metrics port yet (its predecessor holds them); attach() does both after the restore. */
+  prebuild?: boolean;
 }
 
 /** The program device for a backend choice; throws a readable error when `vulkan` cannot open. */
@@ -147,11 +150,22 @@ export class Vugpu {
         if (adopt && !at) throw new Error(`VM ${vm.name} is not in the checkpoint`);
         vgpu = new MediatedVgpu(agg, { name: vm.name, mode: vm.mode, slice, weight: vm.weight, at }, this.tracer ?? undefined);
       }
-      if (adopt?.listen) adopt.listen(vm, vgpu.device, this.server);
-      else this.server.listen(vm.socket, vgpu.device);
       this.vms.set(vm.name, vgpu);
       this.vmConfigs.set(vm.name, { ...vm });
     }
+    if (adopt?.prebuild) return;
+    this.attach(adopt?.listen);
+  }
+
+  /** Serve every VM's device (listen, or `listen` for adopted sockets) and the metrics port.
+   * The constructor does it, except for a server built ahead of a handover. */
+  attach(listen?: VugpuAdopt['listen']): void {
+    for (const vm of this.vmConfigs.values()) {
+      const device = this.vms.get(vm.name)!.device;
+      if (listen) listen(vm, device, this.server);
+      else this.server.listen(vm.socket, device);
+    }
+    const opts = this.options;
     if (opts.metricsPort !== undefined) {
       const port = opts.metricsPort;
       this.metricsServer = startMetricsServer(this.metrics, { port, host: opts.metricsHost }).catch((err: NodeJS.ErrnoException) => {

@@ -49,6 +49,9 @@ export class CommandProcessor implements ClassContext {
   /** Run KERNEL_ID launches as the built-ins' SPIR-V on the program backend (--engine vulkan). */
   builtinsOnPrograms = false;
   private ready = new Set<ChannelState>();
+  /** No method runs while halted (a live upgrade's handover: jobs in flight finish, nothing new
+   * starts, so the last checkpoint is exact wherever a channel stands in its pushbuffer). */
+  private halted = false;
   private pumping = false;
   private pumpQueued = false;
   /** Segment words of each channel's current GPFIFO entry (transient, not state). */
@@ -81,7 +84,7 @@ export class CommandProcessor implements ClassContext {
     this.pumping = true;
     let budget = TURN_BUDGET;
     try {
-      while (this.ready.size > 0 && budget > 0) {
+      while (!this.halted && this.ready.size > 0 && budget > 0) {
         const ch = this.ready.values().next().value!;
         this.ready.delete(ch);
         const used = this.run(ch, budget);
@@ -92,7 +95,7 @@ export class CommandProcessor implements ClassContext {
     } finally {
       this.pumping = false;
     }
-    if (this.ready.size > 0 && !this.pumpQueued) {
+    if (!this.halted && this.ready.size > 0 && !this.pumpQueued) {
       this.pumpQueued = true;
       setImmediate(this.pump);
     }
@@ -536,6 +539,18 @@ export class CommandProcessor implements ClassContext {
     this.ready.delete(ch);
     this.words[ch.chid] = null;
     if (ch.error) this.maybeIdle(ch);
+  }
+
+  /** Stop starting methods (the ready set is kept); jobs in flight still complete. */
+  halt(): void {
+    this.halted = true;
+  }
+
+  /** Carry on after halt() (an upgrade that was abandoned). */
+  unhalt(): void {
+    if (!this.halted) return;
+    this.halted = false;
+    if (this.ready.size > 0 && !this.pumping) this.pump();
   }
 
   close(): void {

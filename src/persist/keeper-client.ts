@@ -86,12 +86,14 @@ export class KeeperClient {
   }
 
   /** Say who we are. A server gets `Attached` at once; a successor waits for the handover
-   * (resolved by the 'adopt' record, also passed to events.adopt). */
-  async hello(role: KeeperRole, parent?: number): Promise<Attached | { waiting: number } | { control: true; server: number | null }> {
-    this.send({ op: 'hello', role, pid: process.pid, parent });
+   * (resolved by the 'adopt' record, also passed to events.adopt) — with `prepare`, the handover
+   * waits for its ready() (take() is allowed meanwhile). */
+  async hello(role: KeeperRole, parent?: number, prepare = false): Promise<Attached | { waiting: number; prepare: boolean } | { control: true; server: number | null }> {
+    this.send({ op: 'hello', role, pid: process.pid, parent, prepare });
     const r = await this.expect(['welcome', 'wait', 'refused', 'error']);
     if (r.msg.op === 'refused' || r.msg.op === 'error') throw new KeeperRefused(String(r.msg.message), r.msg.standby === true);
-    if (r.msg.op === 'wait') return { waiting: Number(r.msg.server) };
+    // prepare: false from a keeper that predates it (it told the server at once).
+    if (r.msg.op === 'wait') return { waiting: Number(r.msg.server), prepare: r.msg.prepare === true };
     if (r.msg.role === 'control') return { control: true, server: (r.msg.server as number | null) ?? null };
     return attached(r.msg);
   }
@@ -126,6 +128,11 @@ export class KeeperClient {
 
   remove(keys: string[]): void {
     if (keys.length > 0) this.send({ op: 'remove', keys });
+  }
+
+  /** A successor that said hello with `prepare` is ready: the old server may hand over. */
+  ready(): void {
+    this.send({ op: 'ready' });
   }
 
   handover(stoppedAt: number): void {

@@ -159,7 +159,7 @@ export class Keeper {
     switch (m.op) {
       case 'hello':
         stray();
-        return this.hello(c, String(m.role ?? ''), typeof m.parent === 'number' ? m.parent : null);
+        return this.hello(c, String(m.role ?? ''), typeof m.parent === 'number' ? m.parent : null, m.prepare === true);
       case 'put': {
         const key = String(m.key ?? '');
         if (c !== this.active || r.fds.length !== 1 || key === '') {
@@ -186,11 +186,21 @@ export class Keeper {
       }
       case 'take':
         stray();
-        if (c !== this.active) {
+        // A waiting successor may take duplicates ahead of the handover, to build its server
+        // while the old one still serves (it gets them all at the handover anyway).
+        if (c !== this.active && c !== this.successor) {
           sendRecord(c.fd, { op: 'error', message: 'only the attached server may take the fds' });
           return;
         }
         return this.take(c);
+      case 'ready':
+        // A successor that prepared (hello with prepare) is ready for the handover.
+        stray();
+        if (c === this.successor && this.active) {
+          sendRecord(this.active.fd, { op: 'successor-ready', pid: c.pid });
+          this.log.info({ server: this.active.pid, successor: c.pid }, 'successor ready for the handover');
+        }
+        return;
       case 'handover':
         stray();
         return this.handover(c, typeof m.stoppedAt === 'number' ? m.stoppedAt : null);
@@ -228,7 +238,7 @@ export class Keeper {
     }
   }
 
-  private hello(c: Conn, role: string, parent: number | null): void {
+  private hello(c: Conn, role: string, parent: number | null, prepare = false): void {
     if (role === 'control') {
       c.role = 'control';
       sendRecord(c.fd, { op: 'welcome', role: 'control', server: this.active?.pid ?? null });
@@ -256,9 +266,10 @@ export class Keeper {
       if (role === 'successor' && this.successor === null) {
         c.role = 'successor';
         this.successor = c;
-        sendRecord(c.fd, { op: 'wait', server: this.active.pid });
-        sendRecord(this.active.fd, { op: 'successor-ready', pid: c.pid });
-        this.log.info({ server: this.active.pid, successor: c.pid }, 'successor waiting for the handover');
+        sendRecord(c.fd, { op: 'wait', server: this.active.pid, prepare });
+        // prepare: the successor says 'ready' when it has built its server (ahead of the pause).
+        if (!prepare) sendRecord(this.active.fd, { op: 'successor-ready', pid: c.pid });
+        this.log.info({ server: this.active.pid, successor: c.pid, prepare }, 'successor waiting for the handover');
         return;
       }
       sendRecord(c.fd, {

@@ -31,10 +31,16 @@ import { CheckpointError, Checkpointer, CheckpointStore, decodeCheckpoint, encod
 import { Journal, JournalError, JOURNAL_SLOTS, monoMs, type RequestId } from './journal.ts';
 import { KeeperClient, KeeperRefused, type Attached } from './keeper-client.ts';
 import { SystemdFdStore } from './fdstore.ts';
-import { checkpointVms, endpointState, fdNames, resumeAll, restoreAll, saveAll, VRAM_FD } from './state.ts';
+import {
+  checkpointVms, discard, endpointState, fdNames, prebuild, prebuiltFits, resumeAll, restoreAll, saveAll, VRAM_FD, type Prebuilt,
+} from './state.ts';
 import { StateError } from './plain.ts';
 
 export const CHECKPOINT_FD = 'checkpoint';
+/** A standby is (re)started at most this often. */
+const STANDBY_EVERY_MS = 5000;
+/** ... and this long after an adoption. */
+const STANDBY_AFTER_ADOPT_MS = 2000;
 
 /**
  * Run the device-model, aggregator, engine and checkpoint code once on a throwaway server (its
@@ -197,6 +203,14 @@ export class RestartableServer {
   /** The next checkpoint is the last one before a handover: the process is quiescent, so the
    * checkpoint is exact (the successor need not distrust channels the journal marked). */
   private finalCheckpoint = false;
+  /** Monotonic ms the guests' pause began (the predecessor stopped or died), until the first
+   * request after an adoption is answered: that request's wait is the pause a guest sees. */
+  private pauseFrom: number | null = null;
+  /** Built by prepare(), used by adopt() if the final checkpoint still fits it. */
+  private prebuilt: Prebuilt | undefined;
+  /** Adopted from a predecessor's final checkpoint and not written one of our own yet: the
+   * first kick writes it first (a crash after a kick must not adopt "final" state). */
+  private firstWritePending = false;
   private upgrading: { successor: number | null; stoppedAt: number | null; timer: NodeJS.Timeout | null } | null = null;
   private stopped = false;
   /** Resolves when the process should exit, with its status. */
@@ -241,7 +255,7 @@ export class RestartableServer {
       try {
         // A successor's hello starts the handover: warm up before it, not during the pause.
         if (p.successor) warmUp(opts);
-        const hello = await k.hello(p.successor ? 'successor' : standby ? 'standby' : 'server', standby ? standbyOf : undefined);
+        const hello = await k.hello(p.successor ? 'successor' : standby ? 'standby' : 'server', standby ? standbyOf : undefined, p.successor === true);
         if ('waiting' in hello && standby) {
           warmUp(opts);
           logger.info({ server: hello.waiting, pid: process.pid }, 'standby: waiting to take over if the server dies');
@@ -252,6 +266,7 @@ export class RestartableServer {
             process.exit(0);
           }
         } else if ('waiting' in hello) {
+          if (hello.prepare) await s.prepare(k);
           logger.info({ server: hello.waiting }, 'upgrade: waiting for the running server to hand over');
           attached = await k.adopted(60_000);
         } else if ('keys' in hello) {
@@ -295,6 +310,41 @@ export class RestartableServer {
     return s;
   }
 
+  /**
+   * An upgrade's successor, before it says it is ready: take duplicates of the fds, read the
+   * running server's current checkpoint and construct the server it describes (state.ts
+   * prebuild), so that the pause holds only the restore of the final checkpoint into it. Any
+   * failure here only costs the pause that time (the restore constructs as usual).
+   */
+  private async prepare(k: KeeperClient): Promise<void> {
+    const t0 = performance.now();
+    let fds: Map<string, number> | null = null;
+    try {
+      fds = await k.take();
+      const ck = fds.get(CHECKPOINT_FD);
+      if (ck !== undefined && this.hasCommit(ck)) {
+        fds.delete(CHECKPOINT_FD);
+        const store = CheckpointStore.adopt(ck);
+        let payload: Uint8Array | null;
+        try {
+          payload = store.read(); // a torn read (the server writes meanwhile) fails its CRC
+        } finally {
+          store.close();
+        }
+        if (payload !== null) {
+          this.prebuilt = prebuild(decodeCheckpoint(payload).sections.vugpu, fds, { ...this.opts, persistence: this.persistence() });
+          fds.delete(VRAM_FD); // the prebuilt engine's now
+          logger.info({ ms: Math.round(performance.now() - t0) }, 'upgrade: server built ahead of the handover');
+        }
+      }
+    } catch (err) {
+      logger.warn({ err: (err as Error).message }, 'upgrade: could not build ahead of the handover; the restore constructs');
+    } finally {
+      if (fds) for (const fd of fds.values()) native.close(fd);
+      k.ready();
+    }
+  }
+
   private hasCommit(fd: number): boolean {
     const probe = new Uint8Array(16);
     if (native.pread(fd, probe, 0) < 16) return false;
@@ -310,6 +360,7 @@ export class RestartableServer {
         return this.journal.slot(this.slotOf(device));
       },
       handled: (_device, command, region, offset, errno) => {
+        if (this.pauseFrom !== null) this.firstServed();
         const d = durability(command, region, offset, errno);
         if (d === NONE) return;
         const c = this.checkpointer;
@@ -398,8 +449,21 @@ export class RestartableServer {
     const have = this.opts.vms.map((vm) => vm.name).sort().join(', ');
     if (want !== have) logger.warn({ checkpoint: want, commandLine: have }, 'the VMs being served differ from the command line (run-time changes): serving the checkpoint\'s');
     const used = new Set<string>([CHECKPOINT_FD, JOURNAL_FD, ...fdNames(state)]);
+    const pre = this.prebuilt;
+    this.prebuilt = undefined;
+    let prebuilt: Vugpu | undefined;
+    if (pre && prebuiltFits(pre, state)) {
+      prebuilt = pre.vugpu;
+      const dup = fds.get(VRAM_FD);
+      if (dup !== undefined && dup !== prebuilt.engine.vramFd) native.close(dup);
+      fds.set(VRAM_FD, prebuilt.engine.vramFd);
+    } else if (pre) {
+      logger.info('upgrade: the VMs changed since the successor was built; constructing anew');
+      discard(pre.vugpu);
+    }
     const { vugpu, inFlight } = restoreAll(state, fds, { ...this.opts, vms, persistence: this.persistence() }, {
       resume: false,
+      prebuilt,
       listen: (vm, device, server) => {
         const lfd = fds.get(`listen:${vm.name}`);
         if (lfd === undefined) {
@@ -446,16 +510,27 @@ export class RestartableServer {
     const restoreMs = performance.now() - t0;
     const now = monoMs();
     const pauseMs = attached?.stoppedAt != null ? now - attached.stoppedAt : attached?.gapSince != null ? now - attached.gapSince : null;
-    logger.info(
-      {
-        event: this.start === 'upgrade' ? 'upgrade-adopted' : 'restart-adopted',
-        checkpointSeq: ckpt.seq, writtenBy: ckpt.writer.build, checkpointTime: ckpt.time,
-        restoreMs: Math.round(restoreMs * 10) / 10, pauseMs: pauseMs === null ? null : Math.round(pauseMs * 10) / 10,
-        lostChannels: [...lost].sort((a, b) => a - b),
-      },
-      this.start === 'upgrade' ? 'live upgrade: serving the adopted VMs' : 'restarted: serving the adopted VMs',
-    );
-    if (this.start === 'upgrade') this.keeper?.serving(pauseMs);
+    const start = this.start;
+    const record = {
+      event: start === 'upgrade' ? 'upgrade-adopted' : 'restart-adopted',
+      checkpointSeq: ckpt.seq, writtenBy: ckpt.writer.build, checkpointTime: ckpt.time, prebuilt: prebuilt !== undefined,
+      restoreMs: Math.round(restoreMs * 10) / 10, pauseMs: pauseMs === null ? null : Math.round(pauseMs * 10) / 10,
+      lostChannels: [...lost].sort((a, b) => a - b),
+    };
+    // Said after the guests' waiting requests had their turn: a log line to a slow reader or
+    // the keeper's reply is not worth a millisecond of their pause.
+    setImmediate(() => {
+      logger.info(record, start === 'upgrade' ? 'live upgrade: serving the adopted VMs' : 'restarted: serving the adopted VMs');
+      if (start === 'upgrade') this.keeper?.serving(pauseMs);
+    });
+    this.pauseFrom = attached?.stoppedAt ?? attached?.gapSince ?? null;
+    this.firstWritePending = srv.final === true;
+  }
+
+  private firstServed(): void {
+    const ms = monoMs() - this.pauseFrom!;
+    this.pauseFrom = null;
+    logger.info({ event: 'first-served', sincePauseMs: Math.round(ms * 10) / 10 }, 'first request after the adoption answered');
   }
 
   /** Hooks, checkpointer, first checkpoint, signals. */
@@ -466,6 +541,7 @@ export class RestartableServer {
       intervalMs: this.p.intervalMs,
       produce: () => this.produce(),
       committed: () => {
+        this.firstWritePending = false;
         for (const chid of this.idleAtCheckpoint) this.journal.channelActive[chid] = 0;
       },
     });
@@ -476,6 +552,7 @@ export class RestartableServer {
     const kick = fifo.kick;
     const active = this.journal.channelActive;
     fifo.kick = (ch) => {
+      if (this.firstWritePending) this.checkpointer.write(true);
       active[ch.chid] = 1;
       kick(ch);
       this.checkpointer.dirty();
@@ -490,7 +567,13 @@ export class RestartableServer {
       };
     }
     v.engine.listener = wrapped as unknown as typeof v.engine.listener;
-    if (this.checkpointer.write(true) < 0) throw new Error('the first checkpoint could not be written');
+    if (this.firstWritePending) {
+      // The predecessor's final checkpoint is exactly this state and committed: ours can wait
+      // until after the guests' first requests (or until the first kick, see above).
+      this.checkpointer.dirty();
+    } else if (this.checkpointer.write(true) < 0) {
+      throw new Error('the first checkpoint could not be written');
+    }
     if (this.keeper) {
       this.keeper.events = {
         upgrade: () => this.upgrade(),
@@ -499,6 +582,9 @@ export class RestartableServer {
         standbyGone: () => this.startStandby(),
         gone: () => void this.keeperLost(),
       };
+      // After an adoption the guests are catching up: a standby's start (a whole Node process)
+      // would compete with them on a small host, so it comes a little later.
+      if (this.start !== 'fresh') this.lastStandby = performance.now() - STANDBY_EVERY_MS + STANDBY_AFTER_ADOPT_MS;
       this.startStandby();
     }
     this.systemd?.ready(`serving ${this.opts.vms.length} VMs (${this.start})`);
@@ -561,7 +647,7 @@ export class RestartableServer {
   /** Start (again) the standby process, at most every 5 s. */
   private startStandby(): void {
     if (!this.p.standby || this.stopped || !this.keeper) return;
-    const wait = Math.max(0, this.lastStandby + 5000 - performance.now());
+    const wait = Math.max(0, this.lastStandby + STANDBY_EVERY_MS - performance.now());
     setTimeout(() => {
       if (this.stopped) return;
       this.lastStandby = performance.now();
@@ -574,14 +660,15 @@ export class RestartableServer {
     for (const l of this.vugpu.server.all()) l.suspend();
   }
 
-  /** Wait (bounded) until no reply is queued, no GPU job runs and no channel is inside a
-   * pushbuffer segment or has a doorbell unserved (requests are no longer read, so this comes). */
+  /** Halt the command processor and wait (bounded) until no reply is queued and no GPU job
+   * runs. Queued pushbuffer work stays queued: the checkpoint has each channel's position (the
+   * successor runs the rest), so a guest with a deep queue does not stretch everyone's pause.
+   * A job still running at the limit dies with this process (ENGINE_LOST for its channel). */
   private async drain(limitMs = 1000): Promise<boolean> {
     const deadline = performance.now() + limitMs;
-    const settled = (ch: ChannelState) => !ch.bound || ch.error !== 0 || (ch.cursor === null && !ch.kicked && ch.job < 0) || ch.wait === WAIT_ACQUIRE;
+    this.vugpu.engine.cp.halt();
     for (;;) {
-      const quiet = this.vugpu.server.all().every((l) => l.quiet) && this.vugpu.engine.stats().jobsInFlight === 0 &&
-        this.vugpu.engine.fifo.channels.every(settled);
+      const quiet = this.vugpu.server.all().every((l) => l.quiet) && this.vugpu.engine.stats().jobsInFlight === 0;
       if (quiet) return true;
       if (performance.now() > deadline) return false;
       await new Promise((r) => setTimeout(r, 1));
@@ -618,7 +705,10 @@ export class RestartableServer {
     if (this.upgrading.timer) clearTimeout(this.upgrading.timer);
     const wasStopped = this.upgrading.stoppedAt !== null;
     this.upgrading = null;
-    if (wasStopped) for (const l of this.vugpu.server.all()) l.resume();
+    if (wasStopped) {
+      this.vugpu.engine.cp.unhalt();
+      for (const l of this.vugpu.server.all()) l.resume();
+    }
     this.keeper?.resume(reason);
     logger.error({ reason }, 'live upgrade abandoned; this server carries on');
   }

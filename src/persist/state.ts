@@ -184,6 +184,35 @@ export interface RestoreAllOptions {
   listen?: VugpuAdopt['listen'];
   /** Resume at once (default true); false: call resumeAll(vugpu, restored) later. */
   resume?: boolean;
+  /** A Vugpu constructed ahead (prebuild: the same VMs, slices and VRAM, checked by
+   * prebuiltFits): the restore loads into it and attaches it instead of constructing one. */
+  prebuilt?: Vugpu;
+}
+
+/** A Vugpu constructed ahead of a handover, and what it was constructed for. */
+export interface Prebuilt {
+  vugpu: Vugpu;
+  fit: string;
+}
+
+/** What construction depends on: the VMs (names, modes, sockets, slices, weights), each vGPU's
+ * bus index and slice base, the VRAM size. */
+function fitKey(s: VugpuState): string {
+  return JSON.stringify([s.vms, (s.aggregator?.vms ?? []).map((v) => [v.name, v.index, v.slice?.base]), s.engine?.vramSize]);
+}
+
+/** Construct, ahead of a handover, the Vugpu that restoring `raw` will need (the engine, every
+ * vGPU and device, not yet serving): construction is most of a restore's time, and a successor
+ * does it while its predecessor still serves. `raw` is the predecessor's current checkpoint;
+ * the final one must still fit it (prebuiltFits), else the caller discards it. */
+export function prebuild(raw: unknown, fds: AdoptedFds, opts: VugpuOptions): Prebuilt {
+  const s = checkState(raw);
+  const vugpu = new Vugpu({ ...opts, vms: checkpointVms(s) }, { ...adoptPlan(s, fds), prebuild: true });
+  return { vugpu, fit: fitKey(s) };
+}
+
+export function prebuiltFits(p: Prebuilt, raw: unknown): boolean {
+  return fitKey(checkState(raw)) === p.fit;
 }
 
 /**
@@ -195,10 +224,11 @@ export function restoreAll(raw: unknown, fds: AdoptedFds, opts: VugpuOptions, o:
   const s = checkState(raw);
   checkOptions(s, opts);
   const plan = adoptPlan(s, fds);
-  const vugpu = new Vugpu(opts, { ...plan, listen: o.listen });
+  const vugpu = o.prebuilt ?? new Vugpu(opts, { ...plan, listen: o.listen });
   let r: Restored;
   try {
     r = restoreInto(vugpu, s, fds);
+    if (o.prebuilt) vugpu.attach(o.listen);
   } catch (err) {
     discard(vugpu);
     throw err;

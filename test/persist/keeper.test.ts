@@ -227,7 +227,7 @@ describe('fd keeper', () => {
     const stale = client(k);
     await expect(stale.hello('standby', process.pid + 1)).rejects.toMatchObject({ standby: true });
     const sb = client(k);
-    expect(await sb.hello('standby', process.pid)).toEqual({ waiting: process.pid });
+    expect(await sb.hello('standby', process.pid)).toEqual({ waiting: process.pid, prepare: false });
     const second = client(k);
     await expect(second.hello('standby', process.pid)).rejects.toMatchObject({ standby: true });
     const promoted = sb.adopted(0);
@@ -261,7 +261,7 @@ describe('fd keeper', () => {
     await until(() => events.includes('upgrade'));
     const next = client(k);
     const w = await next.hello('successor');
-    expect(w).toEqual({ waiting: process.pid });
+    expect(w).toEqual({ waiting: process.pid, prepare: false });
     const adopted = await next.adopted(10_000);
     expect(adopted.handover).toBe(true);
     expect(adopted.stoppedAt).toBe(1234.5);
@@ -273,5 +273,35 @@ describe('fd keeper', () => {
     next.put('fresh', memfdWith('new'));
     await until(() => k.keys().includes('fresh'));
     expect(k.keys()).toEqual(['fresh', 'vram']);
+  });
+  it('lets a preparing successor take the fds while the server serves, and hands over only once it is ready', async () => {
+    const k = startKeeper();
+    const old = client(k);
+    await old.hello('server');
+    old.put('vram', memfdWith('kept'));
+    const events: string[] = [];
+    old.events = { successorReady: (pid) => events.push(`ready:${pid}`) };
+    const next = client(k);
+    expect(await next.hello('successor', undefined, true)).toEqual({ waiting: process.pid, prepare: true });
+    // Ahead of the handover: duplicates of what is held; the server has not been told yet.
+    const early = await next.take();
+    expect(contents(early.get('vram')!, 4)).toBe('kept');
+    for (const fd of early.values()) native.close(fd);
+    old.put('late', memfdWith('late'));
+    await until(() => k.keys().includes('late'));
+    expect(events).toEqual([]);
+    // A control client is still refused the fds.
+    const ctl = client(k);
+    await ctl.hello('control');
+    await expect(ctl.take()).rejects.toThrow(/only the attached server/);
+    next.ready();
+    await until(() => events.length > 0);
+    expect(events).toEqual([`ready:${process.pid}`]);
+    old.handover(99);
+    const adopted = await next.adopted(10_000);
+    expect(adopted.keys).toEqual(['late', 'vram']);
+    const got = await next.take();
+    expect(contents(got.get('late')!, 4)).toBe('late');
+    for (const fd of got.values()) native.close(fd);
   });
 });

@@ -25,7 +25,7 @@ import { PciCapId } from '../../src/device-model/config-layout.ts';
 import { DmaMapFlag } from '../../src/device-model/protocol.ts';
 import { dmaFdName, irqFdName, restoreEndpoint } from '../../src/device-model/persist.ts';
 import {
-  endpointState, fdNames, restoreAll, resumeAll, saveAll, VRAM_FD, type VugpuState,
+  endpointState, fdNames, prebuild, prebuiltFits, restoreAll, resumeAll, saveAll, VRAM_FD, type VugpuState,
 } from '../../src/persist/state.ts';
 import { jobPool } from '../../src/gpu/jobs.ts';
 import { sealedMemfd } from '../device-model/helpers.ts';
@@ -226,8 +226,22 @@ async function kill(v: Vugpu): Promise<void> {
 
 /** Crash and restart a world's server from `state` with the keeper's fds; the guests' clients
  * get new connections to endpoints that carry their negotiated state. */
-async function restart(w: World, state: VugpuState): Promise<VugpuState> {
+async function restart(w: World, state: VugpuState, early?: VugpuState): Promise<VugpuState> {
+  // An upgrade's successor builds its server from an earlier checkpoint, before the handover.
+  let prebuilt: Vugpu | undefined;
+  if (early) {
+    const earlyFds = w.box.take();
+    const p = prebuild(early, earlyFds, w.opts);
+    earlyFds.delete(VRAM_FD); // the prebuilt engine's
+    for (const fd of earlyFds.values()) native.close(fd);
+    expect(prebuiltFits(p, state)).toBe(true);
+    prebuilt = p.vugpu;
+  }
   const fds = w.box.take();
+  if (prebuilt) {
+    native.close(fds.get(VRAM_FD)!);
+    fds.set(VRAM_FD, prebuilt.engine.vramFd);
+  }
   expect([...fds.keys()].sort()).toEqual(fdNames(state).sort());
   await kill(w.v);
   const old = w.v;
@@ -236,6 +250,7 @@ async function restart(w: World, state: VugpuState): Promise<VugpuState> {
   const clients = new Map<string, VfioUserClient>();
   const { vugpu } = restoreAll(state, fds, w.opts, {
     resume: false,
+    prebuilt,
     listen: (vm, device) => {
       const [a, b] = native.socketpair();
       native.setNonblock(a, true);
@@ -285,6 +300,43 @@ describe('vugpu state (saveAll / restoreAll)', () => {
     expect(r1.mark).toBe(5);
     expect(r1.scratch).toBe(0x5eed);
     expect(r1.errs).toEqual([0, 0]);
+  });
+
+  it('restores the final checkpoint into a server built ahead from an earlier one (an upgrade\'s successor), bit-identically', async () => {
+    const w1 = await world();
+    const w2 = await world();
+    const x1 = await build(w1);
+    const x2 = await build(w2);
+    const early = json(saveAll(w1.v));
+    // The old server goes on serving after the successor has built its server: more state.
+    await w1.guests[0]!.client.write32(0, S.DIAG_SCRATCH0 + 8, 0x1234);
+    await w2.guests[0]!.client.write32(0, S.DIAG_SCRATCH0 + 8, 0x1234);
+    const final = json(saveAll(w1.v));
+    expect(stable(final)).not.toEqual(stable(early));
+    const second = await restart(w1, final, early);
+    expect(stable(second)).toEqual(stable(final));
+    const r1 = await act(w1, x1);
+    const r2 = await act(w2, x2);
+    expect(r1).toEqual(r2);
+    expect(r1.errs).toEqual([0, 0]);
+  });
+
+  it('a server built ahead does not fit a final checkpoint with other VMs or slices', async () => {
+    const w = await world();
+    const early = json(saveAll(w.v));
+    const fds = w.box.take();
+    const p = prebuild(early, fds, w.opts);
+    fds.delete(VRAM_FD);
+    for (const fd of fds.values()) native.close(fd);
+    cleanup.push(() => p.vugpu.close());
+    expect(prebuiltFits(p, early)).toBe(true);
+    const moved = json(early);
+    moved.aggregator!.vms[0]!.slice.base += 1 << 20;
+    expect(prebuiltFits(p, moved)).toBe(false);
+    const fewer = json(early);
+    fewer.vms = fewer.vms.slice(0, 1);
+    fewer.aggregator!.vms = fewer.aggregator!.vms.slice(0, 1);
+    expect(prebuiltFits(p, fewer)).toBe(false);
   });
 
   it('restarts a pt server (the guest drives the engine itself) and carries on bit-identically', async () => {
