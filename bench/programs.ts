@@ -2,7 +2,9 @@
 // the built-in kernels, on the program device of this host (lavapipe here), in one process and
 // one run, interleaved so the ratios hold on a noisy machine.
 //   - launch→fence latency of a NOP program vs the built-in NOP (native pool), per mode: the
-//     bare engine (pt's path) and through the aggregator (fv, pv-batch); goal ≤ 2×;
+//     bare engine (pt's path) and through the aggregator (fv, pv-batch); goal ≤ 2×; then, apart,
+//     where the gap goes (nopStages: the same launches straight through the native pool, and
+//     context switches per launch; bench/lavapipe-floor.c measures the device without vugpu);
 //   - vector add and SGEMM as programs vs the built-ins FMADD and FMMUL on the same inputs;
 //   - the loop rewrite's cost on SGEMM (bench/rewrite-cost.ts: the guest SGEMM sample and the
 //     built-in FMMUL run raw and as the engine rewrites them, one Vulkan path); goal ≤ 3 %;
@@ -19,6 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Engine } from '../src/gpu/engine.ts';
 import { HostDriver, type HostChannel, type ProgramModule } from '../src/gpu/host-driver/driver.ts';
+import { jobPool } from '../src/gpu/jobs.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { guest, host } from '../test/aggregator/harness.ts';
@@ -114,6 +117,7 @@ async function main(): Promise<void> {
     h.close();
   }
   result.nop = modes;
+  result.nopStages = await nopStages(backend, nopSpv);
   result.flood = await floodLatency(backend, nopSpv);
 
   // ---- vector add and SGEMM: programs vs built-ins, same inputs ----
@@ -222,6 +226,11 @@ async function main(): Promise<void> {
   const n = result.nop as Record<string, { builtin: Lat; program: Lat; ratioP50: number }>;
   console.log(textTable(['what', 'program', 'built-in', 'ratio'], [
     ...Object.entries(n).map(([m, v]) => [`NOP p50 µs (${m})`, v.program.p50Us.toFixed(1), v.builtin.p50Us.toFixed(1), `${v.ratioP50.toFixed(2)}×`]),
+    ...(() => {
+      const st = result.nopStages as Record<string, { p50Us: number; switchesPerLaunch: number }>;
+      return [['NOP p50 µs, engine (bare)', st.program!.p50Us.toFixed(1), st.builtin!.p50Us.toFixed(1), `switches/launch ${st.program!.switchesPerLaunch.toFixed(1)} / ${st.builtin!.switchesPerLaunch.toFixed(1)}`],
+        ['NOP p50 µs, native pool only', st.poolDispatch!.p50Us.toFixed(1), st.poolKernel!.p50Us.toFixed(1), `switches/launch ${st.poolDispatch!.switchesPerLaunch.toFixed(1)} / ${st.poolKernel!.switchesPerLaunch.toFixed(1)}`]];
+    })(),
     ['vecadd ms', fmt((result.vecadd as { programMs: number }).programMs), fmt((result.vecadd as { builtinMs: number | null }).builtinMs), ''],
     ['canary NOP p50 µs, flood/solo', ((result.flood as { canaryDuringFlood: Lat }).canaryDuringFlood.p50Us).toFixed(1), ((result.flood as { canarySolo: Lat }).canarySolo.p50Us).toFixed(1), `${(result.flood as { ratioP50: number }).ratioP50.toFixed(2)}×`],
     ['sgemm ms', fmt((result.sgemm as { programMs: number }).programMs), fmt((result.sgemm as { builtinMs: number }).builtinMs), ''],
@@ -230,6 +239,77 @@ async function main(): Promise<void> {
       .map(([k, v]) => [`${k}: first launch / hit ms`, fmt(v.newModuleMs), fmt(v.cacheHitMs), `+${fmt(v.compileMs)} ms`]),
   ]));
   console.log(`wrote ${file}`);
+}
+
+/** Context switches of every thread of this process so far (voluntary + involuntary). */
+function switches(): number {
+  let n = 0;
+  for (const t of fs.readdirSync('/proc/self/task')) {
+    try {
+      const st = fs.readFileSync(`/proc/self/task/${t}/status`, 'utf8');
+      for (const m of st.matchAll(/^(?:non)?voluntary_ctxt_switches:\s+(\d+)/gm)) n += Number(m[1]);
+    } catch { /* the thread ended */ }
+  }
+  return n;
+}
+
+/**
+ * Where the NOP program's extra latency goes (bare engine, separate from the measurement above,
+ * which it does not change): the same two launches through the engine, and the same two jobs
+ * handed straight to the native pool (no engine, no channel: jobPool.submitKernel /
+ * submitDispatch with the engine's watchdog), interleaved in blocks. pool dispatch − pool kernel
+ * is what the Vulkan device adds to a launch (lavapipe: its submit thread, its compute threads,
+ * the fence); engine − pool is the engine's own path. Context switches per launch count every
+ * thread of the process (Linux /proc), the hand-offs each path makes.
+ */
+async function nopStages(backend: VulkanBackend, nopSpv: Uint8Array): Promise<unknown> {
+  const engine = new Engine({ vramSize: 64 << 20, channels: 8, programs: backend });
+  const drv = new HostDriver(engine);
+  const ch = drv.createChannel();
+  const prog = drv.programBuffer(ch.vm, nopSpv);
+  const cache = engine.programs!;
+  const owner = 0x7fff_0001; // a cache owner of its own for the pool-level dispatches
+  const slot = await new Promise<number>((resolve, reject) => {
+    const w = new Uint32Array(nopSpv.buffer.slice(nopSpv.byteOffset, nopSpv.byteOffset + nopSpv.byteLength));
+    const p = cache.lookup(owner, 'bench-nop-stages', () => w, 0, new Uint32Array(0), (q) => (cache.ready(q) ? resolve(q.slot) : reject(new Error('NOP refused'))));
+    if (cache.ready(p)) resolve(p.slot);
+  });
+  const wd = engine.watchdogMs;
+  const none = new Uint8Array(0);
+  const job = (submit: (done: () => void) => void) => () => new Promise<void>((resolve) => submit(resolve));
+  const paths: Record<string, () => Promise<unknown>> = {
+    builtin: () => ch.launch(K.NOP, []),
+    program: () => ch.launchProgram(prog, { buffers: [] }),
+    poolKernel: job((done) => jobPool.submitKernel({ kernel: K.NOP, windows: [], lengths: [], params: none }, wd, done)),
+    poolDispatch: job((done) => jobPool.submitDispatch({ slot, windows: [], lengths: [], params: none, grid: [1, 1, 1] }, wd, done)),
+  };
+  for (const f of Object.values(paths)) await f();
+  const samples: Record<string, number[]> = {}, sw: Record<string, number> = {};
+  for (const k of Object.keys(paths)) { samples[k] = []; sw[k] = 0; }
+  for (let done = 0; done < NOPS; done += BLOCK) {
+    for (const [k, f] of Object.entries(paths)) {
+      const s0 = switches();
+      for (let i = 0; i < BLOCK; i++) {
+        const t0 = now();
+        await f();
+        samples[k]!.push(us(now() - t0));
+      }
+      sw[k]! += switches() - s0;
+    }
+  }
+  cache.dropOwner(owner);
+  engine.close();
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(paths)) out[k] = { ...lat(samples[k]!), switchesPerLaunch: sw[k]! / samples[k]!.length };
+  const p50 = (k: string) => quantile(samples[k]!, 0.5);
+  return {
+    what: 'NOP launch→fence p50 through the engine (builtin, program) and straight through the native pool (poolKernel, poolDispatch), bare engine, interleaved blocks',
+    ...out,
+    deviceAddsUs: p50('poolDispatch') - p50('poolKernel'),
+    engineBuiltinUs: p50('builtin') - p50('poolKernel'),
+    engineProgramUs: p50('program') - p50('poolDispatch'),
+    ratioP50: p50('program') / p50('builtin'),
+  };
 }
 
 /**
