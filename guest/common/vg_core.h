@@ -57,8 +57,9 @@ struct vg_vm_ops {
 	/* The page directory vm->pd_addr was just allocated: make it a valid, empty PD. */
 	int (*set_pgd)(struct vg_vm *vm);
 	/*
-	 * Map count 4-KiB pages at va: page i goes to addrs[i] (or base + i*4096 if addrs is
-	 * NULL); pte_flags = target + READ_ONLY bits (PRESENT is added).
+	 * Map count pages at va: page i goes to addrs[i] (or base + i*page if addrs is NULL);
+	 * pte_flags = target + READ_ONLY bits (PRESENT is added). Pages are 4 KiB, or 128 KiB at
+	 * VAs of the large-page region (VG_LARGE_VA_START on; only with large_pages).
 	 */
 	int (*map)(struct vg_vm *vm, u64 va, u32 count, const u64 *addrs, u64 base, u64 pte_flags);
 	int (*unmap)(struct vg_vm *vm, u64 va, u32 count);
@@ -68,7 +69,18 @@ struct vg_vm_ops {
 	void (*fini)(struct vg_vm *vm);
 	/* Unmap every buffer before the VM goes away (PV: the host owns the tables). */
 	bool unmap_on_destroy;
+	/* The VAs from VG_LARGE_VA_START on are mapped with 128 KiB pages (hw-spec §7). */
+	bool large_pages;
 };
+
+/*
+ * The GPU VA space of a context: 4 KiB pages in [VUGPU_CTX_VA_START, VG_LARGE_VA_START), 128 KiB
+ * pages above (one page size per 128 MiB PDE, hw-spec §7: the halves never share a PDE). VRAM
+ * buffers of VG_LARGE_MIN_BYTES or more go to the large half where the path supports it: a
+ * 64 MiB buffer is 512 PTEs in one 8 KiB table instead of 16384 in a 256 KiB one.
+ */
+#define VG_LARGE_VA_START (1ull << 39)
+#define VG_LARGE_MIN_BYTES (1u << 20)
 
 extern const struct vg_vm_ops vg_vm_ops_reg;
 extern const struct vg_vm_ops vg_vm_ops_pv;
@@ -78,6 +90,7 @@ struct vg_vm {
 	u64 pd_addr;
 	u64 *pt_addr;         /* VRAM address of the small-page table per PDE, 0 = none (register path) */
 	struct vg_ralloc va;
+	struct vg_ralloc va_large;  /* [VG_LARGE_VA_START, 2^40) */
 	u32 pt_count;
 	/* mappings changed since the last flush: the core flushes before its next doorbell (and at
 	 * once after unmapping), so a run of allocations costs one flush, and in a mediated VM one
@@ -101,6 +114,7 @@ struct vg_bo {
 	struct vg_bo *clear_next; /* on the context's list of clears not yet submitted */
 	bool clear_pending;
 	u64 clear_seq;        /* submission that carried the clear (0: cleared at allocation) */
+	bool large;           /* mapped with 128 KiB pages (size and VRAM address 128 KiB aligned) */
 };
 
 /* ---- context (address space + channel) ---- */

@@ -50,7 +50,9 @@ int vg_vm_init(struct vg_vm *vm, struct vg_dev *d)
 	int ret;
 
 	vm->dev = d;
-	ret = vg_ralloc_init(&vm->va, VUGPU_CTX_VA_START, (1ull << VG_VA_BITS) - VUGPU_CTX_VA_START);
+	ret = vg_ralloc_init(&vm->va, VUGPU_CTX_VA_START, VG_LARGE_VA_START - VUGPU_CTX_VA_START);
+	if (!ret)
+		ret = vg_ralloc_init(&vm->va_large, VG_LARGE_VA_START, (1ull << VG_VA_BITS) - VG_LARGE_VA_START);
 	if (ret)
 		return ret;
 	vg_lock(d);
@@ -83,6 +85,7 @@ void vg_vm_fini(struct vg_vm *vm)
 	vg_unlock(d);
 	vm->pd_addr = 0;
 	vg_ralloc_fini(&vm->va);
+	vg_ralloc_fini(&vm->va_large);
 }
 
 /* Give bo a VA range and map its pages (addrs per page, or contiguous from base). */
@@ -90,11 +93,13 @@ static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base
 {
 	struct vg_dev *d = c->dev;
 	u64 flags = VG_ENTRY_TARGET(target) | ((bo->flags & VUGPU_MEM_READ_ONLY) ? VG_PTE_READ_ONLY : 0);
-	u32 pages = (u32)(bo->size >> VG_PAGE_SHIFT);
+	u32 page = bo->large ? VG_LARGE_PAGE_SIZE : VG_PAGE_SIZE;
+	u32 pages = (u32)(bo->size / page);
+	struct vg_ralloc *space = bo->large ? &c->vm.va_large : &c->vm.va;
 	int ret;
 
-	bo->va_size = bo->size + VG_PAGE_SIZE; /* guard page */
-	ret = vg_ralloc_alloc(&c->vm.va, bo->va_size, VG_PAGE_SIZE, &bo->va);
+	bo->va_size = bo->size + page; /* guard page */
+	ret = vg_ralloc_alloc(space, bo->va_size, page, &bo->va);
 	if (ret)
 		return ret;
 	vg_lock(d);
@@ -106,7 +111,7 @@ static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base
 	}
 	vg_unlock(d);
 	if (ret) {
-		vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
+		vg_ralloc_free(space, bo->va, bo->va_size);
 		bo->va = 0;
 	}
 	return ret;
@@ -120,10 +125,10 @@ static void bo_unmap(struct vg_ctx *c, struct vg_bo *bo)
 		return;
 	vg_lock(d);
 	c->vm.dirty = true; /* now: the pages go back once submitted work is done with them */
-	d->vm_ops->unmap(&c->vm, bo->va, (u32)(bo->size >> VG_PAGE_SHIFT));
+	d->vm_ops->unmap(&c->vm, bo->va, (u32)(bo->size >> (bo->large ? VG_LARGE_PAGE_SHIFT : VG_PAGE_SHIFT)));
 	vm_flush_locked(&c->vm);
 	vg_unlock(d);
-	vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
+	vg_ralloc_free(bo->large ? &c->vm.va_large : &c->vm.va, bo->va, bo->va_size);
 	bo->va = 0;
 }
 
@@ -173,10 +178,12 @@ static int bo_new_vram(struct vg_ctx *c, u64 size, u32 flags, bool internal, str
 	bo = vg_os_zalloc(sizeof(*bo));
 	if (!bo)
 		return -ENOMEM;
-	bo->size = VG_ALIGN_UP(size, VG_PAGE_SIZE);
+	/* big buffers in 128 KiB pages where the address-space path has them (hw-spec §7) */
+	bo->large = c->dev->vm_ops->large_pages && size >= VG_LARGE_MIN_BYTES;
+	bo->size = VG_ALIGN_UP(size, bo->large ? VG_LARGE_PAGE_SIZE : VG_PAGE_SIZE);
 	bo->flags = flags;
 	bo->internal = internal;
-	ret = vg_vram_alloc(c->dev, bo->size, VG_PAGE_SIZE, &bo->vram_addr);
+	ret = vg_vram_alloc(c->dev, bo->size, bo->large ? VG_LARGE_PAGE_SIZE : VG_PAGE_SIZE, &bo->vram_addr);
 	if (ret) {
 		vg_os_free(bo);
 		return ret;
@@ -281,17 +288,32 @@ static u32 clear_methods(u32 *pb, u64 va, u64 size, u64 param_va)
 	return n;
 }
 
+#define CLEAR_BIND_WORDS 2 /* SET_OBJECT compute, ahead of the clears */
+
+/* Bytes of the clear segment for n buffers (methods, then parameter blocks). */
+static inline u32 clears_bytes(u32 n)
+{
+	return n ? (CLEAR_BIND_WORDS + n * CLEAR_WORDS) * 4 + n * CLEAR_PARAM_BYTES : 0;
+}
+
 /*
- * Write the deferred clears into the ring at pushbuffer offset off (lock held): the MEMSET
- * methods, then their parameter blocks (outside the entry's length, kept alive by the ring
- * until the entry has executed). Returns the methods' length in dwords.
+ * Write the deferred clears into the ring at pushbuffer offset off (lock held): the compute
+ * class bind (the segment must not depend on what ran before it: after an ENGINE_LOST rebind
+ * the clears go out ahead of the class binds), the MEMSET methods, then their parameter blocks
+ * (outside the entry's length, kept alive by the ring until the entry has executed). Returns
+ * the methods' length in dwords.
  */
 static u32 emit_clears(struct vg_ctx *c, u32 off, u64 seq)
 {
 	struct vg_dev *d = c->dev;
-	u32 words = c->nclears * CLEAR_WORDS, m[CLEAR_WORDS], p[4], i = 0;
+	u32 words = CLEAR_BIND_WORDS + c->nclears * CLEAR_WORDS, m[CLEAR_WORDS], p[4], i = 0;
 	u64 prm = (u64)off + (u64)words * 4;
 	struct vg_bo *bo;
+
+	m[0] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, 1);
+	m[1] = VG_CLASS_COMPUTE;
+	vg_vram_write(d, c->pb_addr + off, m, CLEAR_BIND_WORDS * 4);
+	off += CLEAR_BIND_WORDS * 4;
 
 	for (bo = c->clears; bo; bo = bo->clear_next, i++) {
 		u64 n = bo->size / 4;
@@ -335,7 +357,7 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 		return -EINVAL;
 	bytes = (count + VG_FENCE_DWORDS) * 4;
 	vg_lock(d); /* the ring is shared with vg_ctx_arm_irq, which waiters call */
-	clr_bytes = c->nclears * (CLEAR_WORDS * 4 + CLEAR_PARAM_BYTES);
+	clr_bytes = clears_bytes(c->nclears);
 	off = ring_place(c, c->nclears ? 3 : 2, clr_bytes + bytes, 1, ARM_BYTES, &get);
 	if (off < 0) {
 		*seq = c->gp_seq[get];
@@ -524,7 +546,7 @@ int vg_ctx_vram_alloc(struct vg_ctx *c, u64 size, u32 flags, struct vg_bo **out)
 
 	if (flags & ~(VUGPU_MEM_READ_ONLY | VUGPU_MEM_NO_CPU))
 		return -EINVAL;
-	if (VG_ALIGN_UP(size, VG_PAGE_SIZE) > 0xfffff000ull) /* BUFFER_LENGTH, LINE_LENGTH_IN are 32-bit */
+	if (size > 0xfffe0000ull) /* BUFFER_LENGTH, LINE_LENGTH_IN are 32-bit, even rounded to 128 KiB */
 		return -E2BIG;
 	ret = vg_ctx_status(c, NULL);
 	if (ret)

@@ -252,6 +252,10 @@
 #define VG_PAGE_SIZE 4096u
 #define VG_SPT_ENTRIES 32768
 #define VG_SPT_SIZE (VG_SPT_ENTRIES * 8)
+#define VG_LARGE_PAGE_SHIFT 17 /* 128 KiB pages, as GF100's big pages */
+#define VG_LARGE_PAGE_SIZE (1u << VG_LARGE_PAGE_SHIFT)
+#define VG_LPT_ENTRIES 1024
+#define VG_LPT_SIZE (VG_LPT_ENTRIES * 8)
 #define VG_PDE_PRESENT 1ull
 #define VG_PDE_LARGE 2ull
 #define VG_PTE_PRESENT 1ull
