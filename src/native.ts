@@ -94,6 +94,7 @@ export interface DispatchJob {
   grid: [number, number, number];
   builtin?: boolean;          // a built-in kernel: bindings up to the device's maxStorageBufferRange
   panelRowBytes?: number[];   // built-ins: bytes of binding i per workgroup row (0 = whole), streamable
+  overwrites?: number[];      // built-ins only (else TypeError): bindings the dispatch writes every byte of
 }
 
 export interface ProgramInfo {
@@ -122,7 +123,7 @@ export interface VulkanAddon {
    * device-memory path's copies, streamed panels, device losses and rebuilds. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; panels: number; losses: number; rebuilds: number; generation: number; computeNs: number;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; generation: number; computeNs: number;
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;

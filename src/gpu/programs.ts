@@ -62,6 +62,8 @@ export interface DispatchJob {
   builtin?: boolean;
   /** Built-ins only: rows of workgroups the device-memory path may stream (BuiltinDispatch). */
   panelRowBytes?: number[];
+  /** Built-ins only: bindings the dispatch writes completely (BuiltinDispatch.overwrites). */
+  overwrites?: number[];
 }
 
 /** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */

@@ -373,6 +373,22 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
       in->panelRowBytes.push_back(uint64_t(v));
     }
   }
+  // Bindings the dispatch overwrites completely (vk.h): the host's own built-in plans only —
+  // a guest program's writes cannot be trusted to cover its bindings.
+  Napi::Value ov = o.Get("overwrites");
+  if (!ov.IsUndefined()) {
+    if (!in->builtin || !ov.IsArray()) {
+      ThrowTypeError(env, "job.overwrites must be an array of binding indices, for built-ins only");
+      return env.Undefined();
+    }
+    Napi::Array oa = ov.As<Napi::Array>();
+    in->overwrites.assign(w.Length(), 0);
+    for (uint32_t i = 0; i < oa.Length(); i++) {
+      int64_t v;
+      if (!ValueInt(env, oa.Get(i), "job.overwrites[i]", 0, int64_t(w.Length()) - 1, &v)) return env.Undefined();
+      in->overwrites[size_t(v)] = 1;
+    }
+  }
   Napi::Value gv = o.Get("grid");
   if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) {
     ThrowTypeError(env, "job.grid must be [x, y, z]");
@@ -471,6 +487,7 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("uploadBytes", double(s.uploadBytes.load()));
   o.Set("downloadBytes", double(s.downloadBytes.load()));
   o.Set("bounceBytes", double(s.bounceBytes.load()));
+  o.Set("zeroedBytes", double(s.zeroedBytes.load()));
   o.Set("panels", double(s.panels.load()));
   o.Set("losses", double(s.losses.load()));
   o.Set("rebuilds", double(s.rebuilds.load()));

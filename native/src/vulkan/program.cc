@@ -153,7 +153,11 @@ int Build(Program& prog, const spirv::Prepared& pp, const CompileInput& in) {
 
 constexpr uint32_t kMaxPanels = 16;
 // Staged launches moving at most this much go on the compute queue in one command buffer
-// (VUGPU_VK_ONE_QUEUE_BYTES overrides).
+// (VUGPU_VK_ONE_QUEUE_BYTES overrides). A 1024³ FMMUL (one panel, 16 MiB moved; 12 with C's
+// upload skipped) is under it already: in the H100 run (bench/results/engine-vulkan.json) its
+// queueSweepBestMs.computeQueue, 0.78 ms, is this same path as its default row's 1.11 ms (timed
+// first, right after the compiling launch), and the copy queues took 0.97 ms — no reason there
+// to move the constant.
 constexpr uint64_t kOneQueueBytes = 32ull << 20;
 // A panel streams at least kPanelBytes and has at least kPanelWorkgroups workgroups (enough to
 // fill an H100's 132 SMs about once: measured there, 256 beat 128, 512 and 1024 at 4096³ and
@@ -215,6 +219,7 @@ struct Run {
   std::vector<Group> groups;
   std::vector<int> groupOf;  // per setBindings index; -1 = zero-length (null descriptor)
   std::vector<bool> writable;
+  std::vector<bool> zeroed;  // per setBindings index: overwritten, zero-filled instead of uploaded
   std::vector<VkDescriptorBufferInfo> infos;
   bool abandoned = false;    // lost: nothing is freed or reused
   // Timestamp queries (GPUs). On a CPU device each timestamp is an llvmpipe scene flush run by
@@ -264,6 +269,39 @@ int MakeGroups(Run& R) {
     R.groupOf[i] = int(R.groups.size() - 1);
   }
   return 0;
+}
+
+// Staged bindings the dispatch overwrites completely (DispatchInput::overwrites, built-ins only):
+// their upload is skipped and their device range zero-filled instead (device-local, no bus
+// traffic: a GEMM's C is a third of what it moves). Invariant: the write-back of a staged
+// binding never carries bytes this VM did not put there. The device buffers come from a pool
+// shared by all VMs, so a range that were neither uploaded nor cleared would hand another VM's
+// stale bytes to this one wherever the kernel left a byte unwritten — which a cancelled
+// launch (the cancel word ends it early) or a loop-cap cut does whatever the plan promised. The
+// fill keeps the invariant on those paths; the plan's promise (every byte written) keeps the
+// results equal to the uploaded path's. A binding sharing bytes with another of the group is
+// uploaded as before (the other may read them). VUGPU_VK_UPLOAD_ALL=1 turns the skip off
+// (tests, benchmarks).
+void MarkOverwritten(Run& R) {
+  const DispatchInput& in = R.in;
+  const size_t n = R.prog.setBindings.size();
+  R.zeroed.assign(n, false);
+  if (!in.builtin || in.overwrites.empty() || EnvOr("VUGPU_VK_UPLOAD_ALL", 0)) return;
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t b = R.prog.setBindings[i];
+    if (b >= in.overwrites.size() || !in.overwrites[b] || R.groupOf[i] < 0 || !R.writable[i]) continue;
+    const Group& g = R.groups[size_t(R.groupOf[i])];
+    const uint64_t a = in.windows[b], e = a + in.lengths[b];
+    // vkCmdFillBuffer: offset and size multiples of 4 (also each panel's rows).
+    const uint64_t rb = b < in.panelRowBytes.size() ? in.panelRowBytes[b] : 0;
+    if ((a - g.start) % 4 || (e - a) % 4 || rb % 4) continue;
+    bool alone = true;
+    for (size_t j : g.members) {
+      const uint32_t o = R.prog.setBindings[j];
+      if (j != i && in.windows[o] < e && a < in.windows[o] + in.lengths[o]) alone = false;
+    }
+    R.zeroed[i] = alone;
+  }
 }
 
 // Zero-copy (lavapipe, integrated GPUs): the kernel runs on the imported host memory.
@@ -386,9 +424,10 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
   return (gy + *rowsPer - 1) / *rowsPer;
 }
 
-// Copy regions of group g for panel p (upload or download): offsets relative to g.start.
+// Copy regions of group g for panel p (upload or download): offsets relative to g.start. An
+// upload leaves out the zeroed bindings' ranges and lists them in *fills when given.
 void PanelRegions(Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t rowsPer, bool down,
-                  std::vector<VkBufferCopy>* out) {
+                  std::vector<VkBufferCopy>* out, std::vector<VkBufferCopy>* fills = nullptr) {
   const DispatchInput& in = R.in;
   if (g.panel >= 0) {
     uint32_t b = R.prog.setBindings[size_t(g.panel)];
@@ -398,11 +437,27 @@ void PanelRegions(Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t 
     uint64_t e = std::min<uint64_t>(len, uint64_t(std::min(in.grid[1], (p + 1) * rowsPer)) * rb);
     // The last panel also takes whatever lies past the last row (nothing for a GEMM).
     if (p == panels - 1) e = len;
-    if (a < e) out->push_back({addr + a - g.start, addr + a - g.start, e - a});
+    if (a >= e) return;
+    if (!down && R.zeroed[size_t(g.panel)]) {
+      if (fills) fills->push_back({0, addr + a - g.start, e - a});
+      return;
+    }
+    out->push_back({addr + a - g.start, addr + a - g.start, e - a});
     return;
   }
   if (!down) {
-    if (p == 0) out->push_back({g.lo - g.start, g.lo - g.start, g.hi - g.lo});
+    if (p != 0) return;
+    // [lo, hi) less the zeroed members (sorted by window, disjoint from every other member).
+    uint64_t cur = g.lo;
+    for (size_t i : g.members) {
+      if (!R.zeroed[i]) continue;
+      uint32_t b = R.prog.setBindings[i];
+      uint64_t a = in.windows[b], e = a + in.lengths[b];
+      if (a > cur) out->push_back({cur - g.start, cur - g.start, a - cur});
+      if (fills) fills->push_back({0, a - g.start, e - a});
+      cur = std::max(cur, e);
+    }
+    if (cur < g.hi) out->push_back({cur - g.start, cur - g.start, g.hi - cur});
     return;
   }
   if (p != panels - 1) return;
@@ -524,6 +579,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   Lane* lane = R.lane;
   R.ts = lane->queries && !di.cpuDevice;
   int st = MakeGroups(R);
+  if (st == 0) MarkOverwritten(R);
   if (st == 0) st = staged ? AcquireStaged(R) : AcquireZeroCopy(R);
   if (st) {
     if (st == -ENODEV) R.abandoned = true;
@@ -588,7 +644,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   VkResult r = VK_SUCCESS;
   f.vkResetFences(c.device, 1, &lane->fence);
   bool submitted = false;
-  uint64_t up = 0, down = 0, submitNs = 0;
+  uint64_t up = 0, down = 0, zeroed = 0, submitNs = 0;
   // Small staged launches (most of the GPUvm benchmarks, NOP) copy on the compute queue in the
   // same command buffer: one submission, no cross-queue semaphores (their latency is more than
   // the copies). Large ones use the copy engines, in panels where the plan allows.
@@ -606,13 +662,15 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   if (oneCmd) {
     VkCommandBuffer cmd = lane->cmd;
     f.vkBeginCommandBuffer(cmd, &bi);
-    std::vector<VkBufferCopy> reg;
+    std::vector<VkBufferCopy> reg, fills;
     if (staged) {
       for (const Group& g : R.groups) {
         reg.clear();
-        PanelRegions(R, g, 0, 1, rowsPer, false, &reg);
+        fills.clear();
+        PanelRegions(R, g, 0, 1, rowsPer, false, &reg, &fills);
         if (!reg.empty()) f.vkCmdCopyBuffer(cmd, g.imp ? g.imp->buf : g.bounce.buf, g.dev.buf, uint32_t(reg.size()), reg.data());
         for (auto& x : reg) up += x.size;
+        for (auto& x : fills) f.vkCmdFillBuffer(cmd, g.dev.buf, x.dstOffset, x.size, 0), zeroed += x.size;
       }
       VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
       mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -631,6 +689,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       CopyBarrierToHost(f, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
       GetImportStats().uploadBytes += up;
       GetImportStats().downloadBytes += down;
+      GetImportStats().zeroedBytes += zeroed;
     }
     if (f.vkEndCommandBuffer(cmd)) return -ENOMEM;
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
@@ -648,18 +707,22 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     // Panel p: upload its rows (all of the other bindings with panel 0) → compute its rows →
     // write them back. Three queues, ordered by two timeline semaphores; upload p+1 and
     // download p-1 run beside compute p.
-    std::vector<VkBufferCopy> reg;
+    std::vector<VkBufferCopy> reg, fills;
+    std::vector<std::pair<VkBuffer, VkBufferCopy>> panelFills;
     for (uint32_t p = 0; p < panels; p++) {
       const uint32_t y0 = p * rowsPer, y1 = std::min(R.in.grid[1], y0 + rowsPer);
       VkCommandBuffer u = lane->upCmd[p], k = lane->compCmd[p], d = lane->downCmd[p];
       f.vkBeginCommandBuffer(u, &bi);
       f.vkBeginCommandBuffer(d, &bi);
+      panelFills.clear();
       for (const Group& g : R.groups) {
         VkBuffer host = g.imp ? g.imp->buf : g.bounce.buf;
         reg.clear();
-        PanelRegions(R, g, p, panels, rowsPer, false, &reg);
+        fills.clear();
+        PanelRegions(R, g, p, panels, rowsPer, false, &reg, &fills);
         if (!reg.empty()) f.vkCmdCopyBuffer(u, host, g.dev.buf, uint32_t(reg.size()), reg.data());
         for (auto& x : reg) up += x.size;
+        for (auto& x : fills) panelFills.emplace_back(g.dev.buf, x), zeroed += x.size;
         reg.clear();
         PanelRegions(R, g, p, panels, rowsPer, true, &reg);
         if (!reg.empty()) f.vkCmdCopyBuffer(d, g.dev.buf, host, uint32_t(reg.size()), reg.data());
@@ -667,11 +730,22 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       }
       if (p == panels - 1) CopyBarrierToHost(f, d, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
       f.vkBeginCommandBuffer(k, &bi);
+      // Fills on the compute queue, just before the panel's dispatch: a GPU clears at its memory
+      // bandwidth there, and they stay off the copy queues that carry the uploads.
+      for (auto& [buf, x] : panelFills) f.vkCmdFillBuffer(k, buf, x.dstOffset, x.size, 0);
+      if (!panelFills.empty()) {
+        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+        f.vkCmdPipelineBarrier(k, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                               nullptr, 0, nullptr);
+      }
       RecordCompute(R, k, sets, y0, y1, p == 0, p == panels - 1);
       if (f.vkEndCommandBuffer(u) || f.vkEndCommandBuffer(k) || f.vkEndCommandBuffer(d)) return -ENOMEM;
     }
     GetImportStats().uploadBytes += up;
     GetImportStats().downloadBytes += down;
+    GetImportStats().zeroedBytes += zeroed;
     const uint64_t base = lane->tl;
     lane->tl += panels;
     submitNs = NowNs();

@@ -47,7 +47,8 @@ namespace vugpu::vk {
   X(vkDestroyPipeline) X(vkAllocateMemory) X(vkFreeMemory) X(vkMapMemory) X(vkUnmapMemory)    \
   X(vkCreateBuffer) X(vkDestroyBuffer) X(vkBindBufferMemory)                                  \
   X(vkGetBufferMemoryRequirements) X(vkGetMemoryHostPointerPropertiesEXT)                    \
-  X(vkCmdCopyBuffer) X(vkCmdDispatchBase) X(vkCreateSemaphore) X(vkDestroySemaphore)
+  X(vkCmdCopyBuffer) X(vkCmdDispatchBase) X(vkCreateSemaphore) X(vkDestroySemaphore)        \
+  X(vkCmdFillBuffer)
 
 // Process-wide loader: global and instance-level entry points (one instance at a time holds
 // the instance table; device entry points live in the Context).
@@ -245,6 +246,12 @@ struct DispatchInput {
   // (y) reads/writes, 0 = the whole binding. The device-memory path then streams panels of
   // rows: uploads of panel p+1 and write-back of p-1 overlap the compute of panel p.
   std::vector<uint64_t> panelRowBytes;
+  // Built-in kernels only (napi refuses it for other jobs, Dispatch ignores it): per binding,
+  // nonzero = this dispatch writes every byte of the binding's window whatever the inputs, so
+  // the device-memory path starts its device copy as zeros instead of uploading the guest's
+  // bytes (the write-back stays). src/gpu/program/builtins.ts (BuiltinDispatch.overwrites) says
+  // which plans may declare it.
+  std::vector<uint8_t> overwrites;
   // Built-ins may bind up to the device's maxStorageBufferRange (guest programs: the envelope).
   bool builtin = false;
   // The context generation the job was queued under: a job queued before a device loss fails
@@ -261,6 +268,7 @@ struct ImportStats {
   std::atomic<uint64_t> count{0}, ns{0};
   std::atomic<uint64_t> cacheHits{0};
   std::atomic<uint64_t> uploadBytes{0}, downloadBytes{0}, bounceBytes{0}, panels{0};
+  std::atomic<uint64_t> zeroedBytes{0};  // overwritten bindings zero-filled on the device, not uploaded
   std::atomic<uint64_t> rebuilds{0}, losses{0};
   std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
 };
