@@ -216,6 +216,8 @@ export async function main(argv: string[]): Promise<void> {
           newImports: (s1.imports - s0.imports) / reps, importMs: (s1.importNs - s0.importNs) / reps / 1e6,
           importHits: (s1.importHits - s0.importHits) / reps, panels: (s1.panels - s0.panels) / reps,
           bounceMiB: (s1.bounceBytes - s0.bounceBytes) / reps / 2 ** 20,
+          // Declared-overwritten bindings (FMMUL's C) cleared on the device instead of uploaded.
+          zeroedMiB: (s1.zeroedBytes - s0.zeroedBytes) / reps / 2 ** 20,
           // The rewritten module's dispatch (timestamps): against direct.kernelBestMs, the cost
           // of the loop rewrite's cancel checks.
           kernelMs: (s1.computeNs - s0.computeNs) / reps / 1e6,

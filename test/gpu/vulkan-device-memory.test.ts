@@ -9,13 +9,15 @@
 //     results stay, the device is rebuilt and later launches run on it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { native } from '../../src/native.ts';
 import { K } from '../../src/gpu/kernels.ts';
 import { GpuError } from '../../src/gpu/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
-import { builtinPlan, FMMUL_GPU_SPV, gpuVariantsOn } from '../../src/gpu/program/builtins.ts';
+import { builtinPlan, FMMUL_GPU_SPV, gpuVariantsOn, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';
 import { buf, params, rig, rng, type GpuBuf, type Rig } from './helpers.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -69,9 +71,34 @@ beforeAll(() => {
   execFileSync('bash', [path.join(ROOT, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
 });
 
+/** Writes word 0 of its one binding and nothing else. */
+const PARTIAL_WRITER = `#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer O { uint o[]; };
+void main() { o[0] = 1u; }`;
+
+function glslWords(src: string): Uint32Array {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
+  try {
+    writeFileSync(path.join(dir, 's.comp'), src);
+    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
+    const b = readFileSync(path.join(dir, 's.spv'));
+    return new Uint32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+let nextSlot = 97_000;  // program slots are process-wide; the engine's cache takes its own
+
 describe('device-memory path (forced on the test device)', () => {
   let r: Rig;
   let backend: VulkanBackend;
+  /** Compile raw words into a fresh slot through the backend (0 = ready). */
+  const compileSlot = (words: Uint32Array) => new Promise<number>((resolve, reject) => {
+    const slot = nextSlot++;
+    backend.compile(slot, words, 0, new Uint32Array(0), (res) => (res.status === 0 ? resolve(slot) : reject(new Error(`compile ${res.status}`))));
+  });
   beforeAll(() => {
     process.env.VUGPU_VK_MEMORY = 'device';
     process.env.VUGPU_VK_GEMM = 'gpu';
@@ -101,9 +128,11 @@ describe('device-memory path (forced on the test device)', () => {
     }
     const s1 = native.vulkanStats();
     expect(s1.panels - s0.panels).toBeGreaterThanOrEqual(2 * (4 + 3 + 2));
-    // A and B up, C up and down (C is uploaded too: a kernel may leave parts of it unwritten).
+    // A and B up, C down; C is not uploaded (the plan declares it overwritten: zero-filled on
+    // the device instead).
     const want = [512, 260, 102].reduce((s, n) => s + 2 * 4 * 4 * n * n, 0);
-    expect(s1.uploadBytes - s0.uploadBytes).toBe(want * 3 / 4);
+    expect(s1.uploadBytes - s0.uploadBytes).toBe(want / 2);
+    expect(s1.zeroedBytes - s0.zeroedBytes).toBe(want / 4);
     expect(s1.downloadBytes - s0.downloadBytes).toBe(want / 4);
   });
 
@@ -137,6 +166,167 @@ describe('device-memory path (forced on the test device)', () => {
     for (let i = 0; i < n * n; i++) expect(a[i]).toBe(i + 0.5);
     expect(page.u32.subarray(0, at / 4).every((x) => x === 0xdeadbeef)).toBe(true);
     expect(page.u32.subarray((at + bytes) / 4).every((x) => x === 0xdeadbeef)).toBe(true);
+  });
+
+  /** One engine launch of `kernel` on bindings `bufs` (C = bufs[2] filled with `garbage` first),
+   * with the overwrite skip on or off (VUGPU_VK_UPLOAD_ALL): C's bits and the copy counters. */
+  async function launchCounted(kernel: number, bufs: { va: number; length: number }[], c: Uint32Array, n: number,
+                               garbage: number, uploadAll: boolean) {
+    c.fill(garbage);
+    if (uploadAll) process.env.VUGPU_VK_UPLOAD_ALL = '1';
+    try {
+      const s0 = native.vulkanStats();
+      await r.ch.launch(kernel, bufs, params(['u32', n]));
+      const s1 = native.vulkanStats();
+      return {
+        c: c.slice(),
+        up: s1.uploadBytes - s0.uploadBytes, zeroed: s1.zeroedBytes - s0.zeroedBytes, down: s1.downloadBytes - s0.downloadBytes,
+      };
+    } finally {
+      delete process.env.VUGPU_VK_UPLOAD_ALL;
+    }
+  }
+
+  it('FMMUL/MMUL: C is not uploaded, only zero-filled on the device; results bit-identical to uploading it', async () => {
+    // 512/260: GPU form in panels (edge tiles at 260); 102: portable form in panels; 40: one
+    // panel, one command buffer; MMUL: the portable uint form.
+    const cases: [number, number, 'vram' | 'sysmem'][] = [
+      [K.FMMUL, 512, 'vram'], [K.FMMUL, 260, 'sysmem'], [K.FMMUL, 102, 'vram'], [K.FMMUL, 40, 'vram'], [K.MMUL, 72, 'vram'],
+    ];
+    for (const [kernel, n, where] of cases) {
+      const bytes = 4 * n * n;
+      const alloc = (x: number): GpuBuf => (where === 'vram' ? r.vram(x) : r.sys(x));
+      const a = alloc(bytes), b = alloc(bytes), c = alloc(bytes);
+      randF32(a.f32.subarray(0, n * n), n);
+      randF32(b.f32.subarray(0, n * n), n + 1);
+      const bufs = [a, b, c].map((x) => ({ va: x.va, length: bytes }));
+      const cv = c.u32.subarray(0, n * n);
+      const skip = await launchCounted(kernel, bufs, cv, n, 0x7fc0dead, false);
+      const all = await launchCounted(kernel, bufs, cv, n, 0xffffffff, true);
+      expect({ kernel, n, up: skip.up, zeroed: skip.zeroed, down: skip.down }).toEqual({ kernel, n, up: 2 * bytes, zeroed: bytes, down: bytes });
+      expect({ kernel, n, up: all.up, zeroed: all.zeroed, down: all.down }).toEqual({ kernel, n, up: 3 * bytes, zeroed: 0, down: bytes });
+      expect(Buffer.from(skip.c.buffer).equals(Buffer.from(all.c.buffer))).toBe(true);
+      if (kernel === K.FMMUL) {
+        const A = a.f32.slice(0, n * n), B = b.f32.slice(0, n * n);
+        expectGemmClose(n, A, B, new Float32Array(skip.c.buffer), nativeFmmul(n, A, B));
+      }
+    }
+  });
+
+  it('A, C, B in one import group: the upload leaves out exactly C, the bytes around it stay', async () => {
+    const n = 20, bytes = 4 * n * n;  // 1600: A at 64, C at 1664, B at 3264 of one page
+    const page = r.vram(2 * 4096);
+    page.u32.fill(0xdeadbeef);
+    const A = new Float32Array(page.u8.buffer, page.u8.byteOffset + 64, n * n);
+    const B = new Float32Array(page.u8.buffer, page.u8.byteOffset + 64 + 2 * bytes, n * n);
+    randF32(A, 5);
+    randF32(B, 6);
+    const bufs = [64, 64 + 2 * bytes, 64 + bytes].map((o) => ({ va: page.va + o, length: bytes }));
+    const cv = new Uint32Array(page.u8.buffer, page.u8.byteOffset + 64 + bytes, n * n);
+    const skip = await launchCounted(K.FMMUL, bufs, cv, n, 0x7fc0dead, false);
+    const all = await launchCounted(K.FMMUL, bufs, cv, n, 0xffffffff, true);
+    expect([skip.up, skip.zeroed, all.up, all.zeroed]).toEqual([2 * bytes, bytes, 3 * bytes, 0]);
+    expect(Buffer.from(skip.c.buffer).equals(Buffer.from(all.c.buffer))).toBe(true);
+    expectGemmClose(n, A.slice(), B.slice(), new Float32Array(skip.c.buffer), nativeFmmul(n, A.slice(), B.slice()));
+    expect(page.u32.subarray(0, 16).every((x) => x === 0xdeadbeef)).toBe(true);
+    expect(page.u32.subarray((64 + 3 * bytes) / 4).every((x) => x === 0xdeadbeef)).toBe(true);
+  });
+
+  it('k sliced: only the first launch (accumulate = 0) skips C; the accumulating ones upload it', async () => {
+    setGemmKSliceForTests(32);
+    try {
+      // 96: GPU form, 3 slices; 102: portable form, 4 slices.
+      for (const [n, slices] of [[96, 3], [102, 4]] as const) {
+        const bytes = 4 * n * n;
+        const plan = builtinPlan(K.FMMUL, params(['u32', n]), [bytes, bytes, bytes])!;
+        expect(plan.dispatches.map((d) => d.overwrites)).toEqual([[2], ...Array(slices - 1).fill(undefined)]);
+        const a = r.vram(bytes), b = r.vram(bytes), c = r.vram(bytes);
+        randF32(a.f32, n + 2);
+        randF32(b.f32, n + 3);
+        const bufs = [a, b, c].map(buf);
+        const skip = await launchCounted(K.FMMUL, bufs, c.u32, n, 0x7fc0dead, false);
+        const all = await launchCounted(K.FMMUL, bufs, c.u32, n, 0xffffffff, true);
+        expect({ n, up: skip.up, zeroed: skip.zeroed, down: skip.down })
+          .toEqual({ n, up: slices * 2 * bytes + (slices - 1) * bytes, zeroed: bytes, down: slices * bytes });
+        expect(all.up).toBe(slices * 3 * bytes);
+        expect(Buffer.from(skip.c.buffer).equals(Buffer.from(all.c.buffer))).toBe(true);
+        expectGemmClose(n, a.f32.slice(), b.f32.slice(), new Float32Array(skip.c.buffer), nativeFmmul(n, a.f32.slice(), b.f32.slice()));
+      }
+    } finally {
+      setGemmKSliceForTests();
+    }
+  });
+
+  it('C longer than n·n: not declared, uploaded, its tail kept', async () => {
+    const n = 64, bytes = 4 * n * n;
+    expect(builtinPlan(K.FMMUL, params(['u32', n]), [bytes, bytes, bytes + 64])!.dispatches[0]!.overwrites).toBeUndefined();
+    expect(builtinPlan(K.MMUL, params(['u32', n]), [bytes, bytes, bytes])!.dispatches[0]!.overwrites).toEqual([2]);
+    const a = r.vram(bytes), b = r.vram(bytes), c = r.vram(bytes + 64);
+    a.f32.fill(1);
+    b.f32.fill(2);
+    const s0 = native.vulkanStats();
+    c.u32.fill(0xabcdabcd);
+    await r.ch.launch(K.FMMUL, [buf(a), buf(b), buf(c)], params(['u32', n]));
+    const s1 = native.vulkanStats();
+    expect([s1.uploadBytes - s0.uploadBytes, s1.zeroedBytes - s0.zeroedBytes]).toEqual([3 * bytes + 64, 0]);
+    expect(c.f32[n * n - 1]).toBe(2 * n);
+    expect(c.u32.subarray(n * n).every((x) => x === 0xabcdabcd)).toBe(true);
+  });
+
+  it('a guest program\'s writable binding is uploaded; a job that is not a built-in cannot declare overwrites', async () => {
+    const n = 1000;
+    const mod = r.drv.programBuffer(r.vm, new Uint8Array(readFileSync(path.join(ROOT, 'build/spirv/guest/programs/vecadd.spv'))));
+    const a = r.vram(4 * n), b = r.vram(4 * n), c = r.vram(4 * n);
+    a.f32.fill(1);
+    b.f32.fill(2);
+    const launch = () => r.ch.launchProgram(mod, {
+      grid: [Math.ceil(n / 256), 1, 1], push: new Uint8Array(new Uint32Array([n]).buffer),
+      buffers: [{ va: a.va, length: 4 * n, readOnly: true }, { va: b.va, length: 4 * n, readOnly: true }, { va: c.va, length: 4 * n }],
+    });
+    await launch();  // compiled
+    const s0 = native.vulkanStats();
+    await launch();
+    const s1 = native.vulkanStats();
+    expect([s1.uploadBytes - s0.uploadBytes, s1.zeroedBytes - s0.zeroedBytes]).toEqual([3 * 4 * n, 0]);
+    expect(c.f32[n - 1]).toBe(3);
+    // The native side refuses the declaration on a job that is not a built-in.
+    const words = glslWords(PARTIAL_WRITER);
+    const slot = await compileSlot(words);
+    const x = r.vram(4096);
+    const job = { slot, windows: [native.addressOf(x.u8)], lengths: [4096], params: new Uint8Array(0), grid: [1, 1, 1] as [number, number, number], overwrites: [0] };
+    expect(() => native.submitDispatch(job)).toThrow(TypeError);
+    expect(() => native.submitDispatch({ ...job, builtin: false })).toThrow(TypeError);
+    // Through the backend: refused as EINVAL.
+    expect(await new Promise((resolve) => backend.dispatch(job, 0, (res) => resolve(res.status)))).toBe(-22);
+    native.programRelease(slot);
+  });
+
+  it('a declared binding the kernel leaves partly unwritten comes back as zeros, never a pooled buffer\'s stale bytes', async () => {
+    // The staging pool hands the second launch the buffer the first one filled with 0xabababab
+    // (the smallest idle one that fits: a size no other test uses). The kernel writes word 0 only.
+    // One command buffer, then two streamed panels (fills on the compute queue per panel).
+    const bytes = (3 << 20) + 4096;
+    const slot = await compileSlot(glslWords(PARTIAL_WRITER));
+    for (const panels of [1, 2]) {
+      const shape = panels === 1 ? { grid: [1, 1, 1] as [number, number, number] } : { grid: [1, 2, 1] as [number, number, number], panelRowBytes: [bytes / 2] };
+      const run = (x: GpuBuf, overwrites?: number[]) => new Promise<number>((resolve) => {
+        backend.dispatch({ slot, windows: [native.addressOf(x.u8)], lengths: [bytes], params: new Uint8Array(0), ...shape, builtin: true, overwrites },
+          0, (res) => resolve(res.status));
+      });
+      const first = r.vram(bytes), second = r.vram(bytes);
+      first.u32.fill(0xabababab);
+      expect(await run(first)).toBe(0);
+      expect([first.u32[0], first.u32[1]]).toEqual([1, 0xabababab]);
+      second.u32.fill(0xcdcdcdcd);
+      const s0 = native.vulkanStats();
+      expect(await run(second, [0])).toBe(0);
+      const s1 = native.vulkanStats();
+      expect({ panels, zeroed: s1.zeroedBytes - s0.zeroedBytes, up: s1.uploadBytes - s0.uploadBytes, streamed: s1.panels - s0.panels })
+        .toEqual({ panels, zeroed: bytes, up: 0, streamed: panels === 1 ? 0 : 2 });
+      expect(second.u32[0]).toBe(1);
+      expect(second.u32.subarray(1).every((v) => v === 0)).toBe(true);
+    }
+    native.programRelease(slot);
   });
 
   it('device loss: the launch in flight fails ENGINE_LOST, finished results stay, the rebuilt device runs later launches', async () => {

@@ -34,6 +34,18 @@ export interface BuiltinDispatch {
    */
   panelRowBytes?: number[];
   /**
+   * Bindings this dispatch writes every byte of (the whole window the launch binds), whatever
+   * the inputs: the device-memory path then skips their upload — their device copy starts as
+   * zeros — and keeps the write-back. A GEMM's C is a third of what it moves. Declare it only
+   * where the shader's stores provably cover the binding (see overwritesC); the engine refuses
+   * it for guest programs, whose writes cannot be trusted to. The staging buffers are shared by
+   * all VMs: the native side zero-fills the skipped range so that even a launch cut short
+   * (cancel, loop cap) writes back zeros, never another VM's bytes — but a declaration that is
+   * not true would still hand the guest zeros where its old bytes belonged. If in doubt, leave
+   * it out.
+   */
+  overwrites?: number[];
+  /**
    * Run this launch this many times in a row (default 1). The shader keeps its progress in its
    * buffers, so the repetitions are identical launches; surplus ones change nothing. Infinity:
    * until timeLimitNs (LOOP without an iteration count).
@@ -87,6 +99,14 @@ export const LOOP_CHUNK = 960_000;
 const GEMM_K_SLICE = 16 * LOOP_BUDGET;
 /** Depth of k one launch of fmmul_gpu.comp sums (one back-edge per 16; a multiple of 16). */
 const GEMM_GPU_K_SLICE = 16 * LOOP_BUDGET;
+/** Tests: both GEMM slice depths (the defaults need n > 960,000 to slice). */
+let gemmKSliceOverride: number | undefined;
+/** Tests: cut MMUL/FMMUL's k into slices of `k` (a positive multiple of 16), so that plans of
+ * small n have accumulating launches; undefined restores the defaults. */
+export function setGemmKSliceForTests(k?: number): void {
+  if (k !== undefined && !(Number.isInteger(k) && k > 0 && k % 16 === 0)) throw new RangeError(`GEMM k slice ${k}`);
+  gemmKSliceOverride = k;
+}
 /** The GPU form of FMMUL (128×128 tiles, vec4 loads, 8×8 outputs per invocation). */
 export const FMMUL_GPU_SPV = 'native/shaders/builtins/fmmul_gpu.spv';
 
@@ -214,13 +234,29 @@ function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number
   return out;
 }
 
+/**
+ * MMUL/FMMUL's first launch (accumulate = 0) overwrites C when C's binding is exactly its n·n
+ * elements: each shader stores every element of its workgroup's tile — gemm.glsl (mmul.comp,
+ * fmmul.comp): rows row0 + ty + 16·i and columns col0 + tx + 16·j, i, j < 4, a 64×64 tile;
+ * fmmul_gpu.comp: rows ty·4 + i and 64 + ty·4 + i, column quads tx and 16 + tx, a 128×128 tile
+ * (n % 4 == 0, so a quad is all in or all out) — skipping only rows or columns ≥ n, with no
+ * other condition on the store; the grid is ceil(n / tile) tiles each way (gemmLaunches), so
+ * the stores cover all n×n. Later slices add into C (accumulate = 1) and read it: not declared.
+ * A longer binding has bytes past n·n that no launch writes: not declared either.
+ */
+function overwritesC(dispatches: BuiltinDispatch[], n: number, lengths: readonly number[]): BuiltinDispatch[] {
+  if (dispatches.length > 0 && n > 0 && lengths[2] === 4 * n * n) dispatches[0]!.overwrites = [2];
+  return dispatches;
+}
+
 function planMul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null {
   const n = squareN(p, lengths);
   if (n < 0) return null;
   // Later slices add into C (accumulate = 1); n = 0 launches nothing. Workgroup row r reads
   // rows [r·tile, (r+1)·tile) of A and writes those of C: panels of rows can stream.
   const pushFor = (k0: number, k1: number, i: number) => push(p, 4, [k0, k1, i > 0 ? 1 : 0]);
-  return { dispatches: gemmLaunches(n, n, pushFor, 64, GEMM_K_SLICE, [64 * 4 * n, 0, 64 * 4 * n]) };
+  const slice = gemmKSliceOverride ?? GEMM_K_SLICE;
+  return { dispatches: overwritesC(gemmLaunches(n, n, pushFor, 64, slice, [64 * 4 * n, 0, 64 * 4 * n]), n, lengths) };
 }
 
 /** FMMUL: the GPU form where it applies (n % 4 == 0), else the portable one. */
@@ -230,9 +266,10 @@ function planFmul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null
   const n = u32(p, 0);
   if (n % 4 !== 0) return plan;
   const pushFor = (k0: number, k1: number, i: number) => push(p, 4, [k0, k1, i > 0 ? 1 : 0]);
+  const slice = gemmKSliceOverride ?? GEMM_GPU_K_SLICE;
   return {
     spv: FMMUL_GPU_SPV,
-    dispatches: gemmLaunches(n, n, pushFor, 128, GEMM_GPU_K_SLICE, [128 * 4 * n, 0, 128 * 4 * n]),
+    dispatches: overwritesC(gemmLaunches(n, n, pushFor, 128, slice, [128 * 4 * n, 0, 128 * 4 * n]), n, lengths),
   };
 }
 
