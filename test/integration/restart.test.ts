@@ -252,7 +252,7 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
   test(`SIGKILL at random moments, ${EVENTS} times, while fv and pv-batch guests run the suite`, async () => {
     const kills: { at: number; pauseMs: number; lost: number[] }[] = [];
     // Each kill waits for the next standby, which starts 2 s after an adoption (serve.ts).
-    const repeat = Math.max(3, Math.ceil((EVENTS * 14_000) / Math.max(soloMs, 1)));
+    const repeat = Math.max(3, Math.ceil((EVENTS * 24_000) / Math.max(soloMs, 1)));
     const { fv, batch, events } = await underLoad(repeat, async () => {
       // The standby must be up (else this would be a cold restart; one is tested below).
       let st = await keeperStatus();
