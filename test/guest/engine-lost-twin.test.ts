@@ -5,40 +5,26 @@
 // report ENGINE_LOST once, rebind, clear the buffer again ahead of everything else on the fresh
 // channel (class binds included: a rebound channel has no classes) and run the next LOOP exactly.
 // The QEMU counterpart with a real SIGKILL is test/integration/restart.test.ts.
-import { spawn, spawnSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useTwin } from './twin.ts';
 import { Vugpu } from '../../src/server.ts';
 import { failLost } from '../../src/gpu/persist.ts';
 
-const ROOT = path.resolve(import.meta.dirname, '../..');
-let dir: string;
-let bin: string;
-
-beforeAll(() => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-lost-twin-'));
-  const b = spawnSync('make', ['-s', '-C', path.join(ROOT, 'guest/bench'), 'host', `O=${dir}`], { encoding: 'utf8' });
-  if (b.status !== 0) throw new Error(`building the native twin failed:\n${b.stdout}\n${b.stderr}`);
-  bin = path.join(dir, 'vugpu-bench-host');
-}, 120_000);
-
-afterAll(() => {
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+const twin = useTwin('vugpu-lost-twin-');
 
 describe('ENGINE_LOST under the native twin', () => {
   for (const [mode, pv] of [['pt', 0], ['fv', 0], ['pv-batch', 2]] as const) {
     it(`${mode}: the context reports ENGINE_LOST once, then runs again (a deferred clear in the lost work)`, async () => {
-      const socket = path.join(dir, `${mode}.sock`);
+      const socket = path.join(twin.dir(), `${mode}.sock`);
       const server = new Vugpu({
         vramSize: 1 << 30, channels: 64, watchdogMs: 30_000, policy: 'fifo',
         vms: [{ name: 'vm', socket, mode, slice: mode === 'pt' ? undefined : 256 << 20 }],
       });
       try {
         const out = await new Promise<string>((resolve) => {
-          const p = spawn(bin, ['recover', '--ms', '4000'], { env: { ...process.env, VUGPU_SOCKET: socket, VUGPU_PV: String(pv) } });
+          const p = spawn(twin.bin(), ['recover', '--ms', '4000'], { env: { ...process.env, VUGPU_SOCKET: socket, VUGPU_PV: String(pv) } });
           let text = '';
           let fired = false;
           const onData = (d: Buffer) => {

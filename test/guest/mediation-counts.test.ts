@@ -16,15 +16,13 @@
 //     instead of one per buffer (backprop 9, bfs 10, srad 9 before);
 //   - PV 2 range calls (MAP_RANGE/UNMAP_RANGE, a 16-slot area): a buffer per call instead of 128
 //     pages per call (pincpy 805 hypercalls, cpy 325, bfs 199 before).
-import { spawn, spawnSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useTwin } from './twin.ts';
 import { Vugpu } from '../../src/server.ts';
 import type { VmCounters } from '../../src/aggregator/metrics.ts';
 
-const ROOT = path.resolve(import.meta.dirname, '../..');
 
 /** Issue 10's goals at --large. */
 const GOAL = { fvBar0: 200, fvRebuilds: 7, pvBatchHypercalls: 80 };
@@ -53,24 +51,12 @@ const BUDGET: Record<string, { bar0: number; rebuilds: number; hypercalls: numbe
 };
 const BENCHES = Object.keys(BUDGET);
 
-let dir: string;
-let bin: string;
-
-beforeAll(() => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-med-counts-'));
-  const b = spawnSync('make', ['-s', '-C', path.join(ROOT, 'guest/bench'), 'host', `O=${dir}`], { encoding: 'utf8' });
-  if (b.status !== 0) throw new Error(`building the native twin failed:\n${b.stdout}\n${b.stderr}`);
-  bin = path.join(dir, 'vugpu-bench-host');
-}, 120_000);
-
-afterAll(() => {
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+const nativeTwin = useTwin('vugpu-med-counts-');
 
 /** Run the twin (asynchronously: the server runs on this event loop); its output. */
 function twin(socket: string, pv: number, args: string[]): Promise<string> {
   return new Promise((resolve) => {
-    const p = spawn(bin, args, { env: { ...process.env, VUGPU_SOCKET: socket, VUGPU_PV: String(pv), VUGPU_SYSMEM_MB: '512' } });
+    const p = spawn(nativeTwin.bin(), args, { env: { ...process.env, VUGPU_SOCKET: socket, VUGPU_PV: String(pv), VUGPU_SYSMEM_MB: '512' } });
     let out = '';
     p.stdout.on('data', (d: Buffer) => (out += d.toString()));
     p.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -95,7 +81,7 @@ function delta(a: VmCounters, b: VmCounters): Count {
 
 /** Per benchmark (one twin process each, --large), the counts of the benchmark itself. */
 async function measure(mode: 'fv' | 'pv-batch'): Promise<Record<string, Count>> {
-  const socket = path.join(dir, `${mode}.sock`);
+  const socket = path.join(nativeTwin.dir(), `${mode}.sock`);
   const server = new Vugpu({
     vramSize: 1 << 30, channels: 64, watchdogMs: 60_000, policy: 'fifo',
     vms: [{ name: 'vm', socket, mode, slice: 256 << 20 }],
