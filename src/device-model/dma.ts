@@ -321,7 +321,63 @@ export class DmaTable {
    */
   load(r: DmaTableRecord, fdOf: (id: number) => number): void {
     if (this.maps.length > 0 || this.files.size > 0) throw new Error('DMA table: load into a table that has maps');
+    this.loadMaps(r, fdOf, null);
+  }
+
+  /**
+   * load(), over maps loaded earlier from an older record of the same table: an upgrade's
+   * successor maps its predecessor's DMA files while the predecessor still serves (mmapping is
+   * cheap, but each mapping's ArrayBuffer adds to V8's external memory, which starts a garbage
+   * collection: in the handover's pause, that was most of the restore). A map whose record is
+   * unchanged keeps its mapping; the others are mapped anew or unmapped. File ids name the
+   * same file in both records (the table never reuses an id), so every file takes the fd that
+   * fdOf gives and the earlier duplicate is closed. On error the earlier maps stay as they were.
+   */
+  reload(r: DmaTableRecord, fdOf: (id: number) => number): void {
+    if (this.maps.length === 0 && this.files.size === 0) {
+      this.loadMaps(r, fdOf, null);
+      return;
+    }
+    const earlier = this.maps.splice(0, this.maps.length);
+    const earlierFiles = [...this.files.values()];
+    const earlierBytes = this.bytes;
+    const sig = (m: DmaMapRecord) => `${m.addr}:${m.size}:${m.offset}:${m.file}:${m.readable}:${m.writable}`;
+    const reusable = new Map<string, Mapping>();
+    for (const m of earlier) {
+      const file = m.fd >= 0 ? this.fileOf.get(m.fd) : undefined;
+      if (m.ab && file) reusable.set(sig({ ...m, file: file.id }), m);
+    }
+    this.files.clear();
+    this.fileOf.clear();
+    this.bytes = 0;
+    const reused = new Set<Mapping>();
+    try {
+      this.loadMaps(r, fdOf, (rec) => {
+        const m = reusable.get(sig(rec));
+        if (!m || reused.has(m)) return null;
+        reused.add(m);
+        return m;
+      });
+    } catch (err) {
+      this.maps.push(...earlier);
+      for (const f of earlierFiles) {
+        this.files.set(f.key, f);
+        this.fileOf.set(f.fd, f);
+      }
+      this.bytes = earlierBytes;
+      throw err;
+    }
+    for (const m of earlier) if (!reused.has(m) && m.ab) native.munmap(m.ab);
+    for (const f of earlierFiles) {
+      if (this.fileOf.has(f.fd)) continue; // fdOf handed the same fd again
+      native.forgetFd(f.fd);
+      native.close(f.fd);
+    }
+  }
+
+  private loadMaps(r: DmaTableRecord, fdOf: (id: number) => number, reuse: ((rec: DmaMapRecord) => Mapping | null) | null): void {
     const byId = new Map<number, FileRef>();
+    const fresh: ArrayBuffer[] = [];
     try {
       for (const m of r.maps) {
         if (!Number.isSafeInteger(m.addr) || !Number.isSafeInteger(m.size) || m.size <= 0 || !Number.isSafeInteger(m.offset)) {
@@ -341,9 +397,16 @@ export class DmaTable {
             file = { key, fd, refs: 0, id: m.file };
             byId.set(m.file, file);
           }
-          const base = m.offset - (m.offset % PAGE);
-          delta = m.offset - base;
-          ab = native.mmap(file.fd, Math.ceil((delta + m.size) / PAGE) * PAGE, base, !m.writable);
+          const kept = reuse?.(m) ?? null;
+          if (kept) {
+            ab = kept.ab;
+            delta = kept.delta;
+          } else {
+            const base = m.offset - (m.offset % PAGE);
+            delta = m.offset - base;
+            ab = native.mmap(file.fd, Math.ceil((delta + m.size) / PAGE) * PAGE, base, !m.writable);
+            fresh.push(ab);
+          }
           file.refs++;
         }
         this.maps.push({
@@ -353,7 +416,7 @@ export class DmaTable {
         this.bytes += m.size;
       }
     } catch (err) {
-      for (const m of this.maps) if (m.ab) native.munmap(m.ab);
+      for (const ab of fresh) native.munmap(ab);
       this.maps.length = 0;
       this.bytes = 0;
       throw err;

@@ -117,11 +117,30 @@ export function restoreDevice(dev: PciDevice, raw: unknown, fds: AdoptedFds): vo
     (index, v) => adoptedFd(fds, irqFdName(dev.name, index, v)),
   );
   try {
-    dev.dma.load(s.dma, (id) => adoptedFd(fds, dmaFdName(dev.name, id)));
+    dev.dma.reload(s.dma, (id) => adoptedFd(fds, dmaFdName(dev.name, id)));
   } catch (err) {
     throw new Error(`device ${dev.name}: ${(err as Error).message}`);
   }
   dev.config.bytes.set(config);
+}
+
+/**
+ * Map a device's DMA files ahead of its restore, from an earlier state of the same device (an
+ * upgrade's successor, while its predecessor still serves): restoreDevice() then keeps every map
+ * whose record did not change. Returns the fd names the DMA table owns from now on.
+ */
+export function preloadDeviceDma(dev: PciDevice, raw: unknown, fds: AdoptedFds): string[] {
+  const s = section<DeviceState>('device', raw, DEVICE_STATE_VERSION);
+  need(s.name === dev.name, `device state is for ${String(s.name)}, not ${dev.name}`);
+  need(s.dma && Array.isArray(s.dma.maps) && isNum(s.dma.nextFileId), `device ${dev.name}: dma`);
+  const ids = new Set<number>();
+  for (const m of s.dma.maps) {
+    need(m && isNum(m.addr) && isNum(m.size) && isNum(m.offset) && isNum(m.file) &&
+      typeof m.readable === 'boolean' && typeof m.writable === 'boolean', `device ${dev.name}: a DMA map record is malformed`);
+    if (m.file !== 0) ids.add(m.file);
+  }
+  dev.dma.reload(s.dma, (id) => adoptedFd(fds, dmaFdName(dev.name, id)));
+  return [...ids].map((id) => dmaFdName(dev.name, id));
 }
 
 export interface EndpointState {

@@ -16,7 +16,7 @@ import type { Endpoint } from '../device-model/endpoint.ts';
 import { restoreEngine, resumeEngine, saveEngine, type EngineState } from '../gpu/persist.ts';
 import { restoreAggregator, resumeAggregator, saveAggregator, type AggregatorState } from '../aggregator/persist.ts';
 import {
-  deviceFdNames, restoreDevice, saveDevice, saveEndpoint, type DeviceState, type EndpointState,
+  deviceFdNames, preloadDeviceDma, restoreDevice, saveDevice, saveEndpoint, type DeviceState, type EndpointState,
 } from '../device-model/persist.ts';
 import { adoptedFd, isNum, need, section, StateError, type AdoptedFds } from './plain.ts';
 
@@ -134,13 +134,16 @@ export interface Restored {
  * that fails leaves an error naming what is wrong (the caller closes this Vugpu and keeps the
  * fds: the keeper still holds its own copies).
  */
-export function restoreInto(v: Vugpu, raw: unknown, fds: AdoptedFds): Restored {
+export function restoreInto(v: Vugpu, raw: unknown, fds: AdoptedFds, mark?: (what: string) => void): Restored {
   const s = checkState(raw);
   checkOptions(s, v.options);
   for (const vm of s.vms) deviceFdNames(s.devices[vm.name]).forEach((n) => adoptedFd(fds, n));
   const { inFlight } = restoreEngine(v.engine, s.engine);
+  mark?.('engine');
   for (const vm of s.vms) restoreDevice(v.vms.get(vm.name)!.device, s.devices[vm.name], fds);
+  mark?.('devices');
   if (v.aggregator) restoreAggregator(v.aggregator, s.aggregator);
+  mark?.('aggregator');
   for (const [name, c] of Object.entries(s.ptCounters ?? {})) {
     const m = v.metrics.register(name, 'pt') as unknown as Record<string, number>;
     for (const [k, n] of Object.entries(c)) if (typeof m[k] === 'number' && isNum(n)) m[k] = n;
@@ -187,12 +190,18 @@ export interface RestoreAllOptions {
   /** A Vugpu constructed ahead (prebuild: the same VMs, slices and VRAM, checked by
    * prebuiltFits): the restore loads into it and attaches it instead of constructing one. */
   prebuilt?: Vugpu;
+  /** Called after each restore step with its name (the pause's breakdown in the log). */
+  mark?: (what: string) => void;
 }
 
 /** A Vugpu constructed ahead of a handover, and what it was constructed for. */
 export interface Prebuilt {
   vugpu: Vugpu;
   fit: string;
+  /** The fds (by name) the prebuilt server owns now: the VRAM memfd and its DMA files. */
+  owned: string[];
+  /** Devices whose DMA maps could not be preloaded (restored in the pause instead). */
+  errors: string[];
 }
 
 /** What construction depends on: the VMs (names, modes, sockets, slices, weights), each vGPU's
@@ -208,7 +217,19 @@ function fitKey(s: VugpuState): string {
 export function prebuild(raw: unknown, fds: AdoptedFds, opts: VugpuOptions): Prebuilt {
   const s = checkState(raw);
   const vugpu = new Vugpu({ ...opts, vms: checkpointVms(s) }, { ...adoptPlan(s, fds), prebuild: true });
-  return { vugpu, fit: fitKey(s) };
+  const owned = [VRAM_FD];
+  const errors: string[] = [];
+  // The guests' memory too: restoreDevice keeps each DMA map whose record did not change. A
+  // device whose maps cannot be preloaded is left empty (preloadDeviceDma changes nothing on
+  // error) and is mapped in the pause as before.
+  for (const vm of s.vms) {
+    try {
+      owned.push(...preloadDeviceDma(vugpu.vms.get(vm.name)!.device, s.devices[vm.name], fds));
+    } catch (err) {
+      errors.push(`${vm.name}: ${(err as Error).message}`);
+    }
+  }
+  return { vugpu, fit: fitKey(s), owned, errors };
 }
 
 export function prebuiltFits(p: Prebuilt, raw: unknown): boolean {
@@ -227,8 +248,9 @@ export function restoreAll(raw: unknown, fds: AdoptedFds, opts: VugpuOptions, o:
   const vugpu = o.prebuilt ?? new Vugpu(opts, { ...plan, listen: o.listen });
   let r: Restored;
   try {
-    r = restoreInto(vugpu, s, fds);
+    r = restoreInto(vugpu, s, fds, o.mark);
     if (o.prebuilt) vugpu.attach(o.listen);
+    o.mark?.('attach');
   } catch (err) {
     discard(vugpu);
     throw err;

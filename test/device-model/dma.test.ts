@@ -237,6 +237,67 @@ describe('DMA map table', () => {
     expect(t.read(0x100000, buf)?.kind).toBe('unmapped');
   });
 
+  it('reload over maps loaded ahead keeps unchanged maps, remaps or drops the rest, and takes the new fds', () => {
+    // An upgrade's successor: the predecessor's table as an earlier record, loaded ahead with
+    // duplicates of its fds; then the final record with the duplicates taken at the handover.
+    const a = ram(4 * MiB);
+    const b = ram(2 * MiB);
+    const src = table();
+    expect(src.map(req(0, 2 * MiB, a.fd))).toBe(0);
+    expect(src.map(req(0x800000, MiB, b.fd))).toBe(0);
+    const dupOf = (fd: number) => native.open(`/proc/self/fd/${fd}`, 2); // QEMU sends a new fd per map
+    expect(src.map(req(0x900000, MiB, dupOf(b.fd), { offset: MiB }))).toBe(0);
+    const early = src.record();
+    const fdsOf = (t: DmaTable) => new Map(t.fileIds().map((f) => [f.id, dupOf(f.fd)]));
+    const ahead = fdsOf(src);
+    const t = table();
+    t.load(early, (id) => ahead.get(id)!);
+    const before = (gpa: number) => { const v = t.view(gpa, 1); return v.ok ? v.bytes.buffer : null; };
+    const keptA = before(0);
+    const keptB = before(0x800000);
+    expect(keptA).not.toBeNull();
+    // Meanwhile the guest drops one map of b and maps more of a.
+    expect(src.unmap(0x900000, MiB)).toBe(0);
+    expect(src.map(req(0x400000, MiB, dupOf(a.fd), { offset: 2 * MiB }))).toBe(0);
+    const final = src.record();
+    const taken = fdsOf(src);
+    expect(countFds(a.name)).toBe(3); // src, the early duplicate, the final one
+    t.reload(final, (id) => taken.get(id)!);
+    expect(t.record().maps).toEqual(final.maps);
+    expect(before(0)).toBe(keptA); // the same mapping, not mapped again
+    expect(before(0x800000)).toBe(keptB);
+    expect(t.view(0x900000, 1).ok).toBe(false);
+    // Every file is held by the fd of the final take; the early duplicates are closed.
+    expect(countFds(a.name)).toBe(2);
+    expect(countFds(b.name)).toBe(2);
+    expect(new Set(t.fileIds().map((f) => f.fd))).toEqual(new Set(taken.values()));
+    const w = t.view(0x400000 + 8, 4, true);
+    expect(w.ok).toBe(true);
+    if (w.ok) w.bytes.set([9, 8, 7, 6]);
+    const got = new Uint8Array(4);
+    expect(native.pread(a.fd, got, 2 * MiB + 8)).toBe(4);
+    expect(Array.from(got)).toEqual([9, 8, 7, 6]);
+  });
+
+  it('a reload that fails leaves the maps loaded ahead as they were and closes nothing', () => {
+    const a = ram(2 * MiB);
+    const src = table();
+    expect(src.map(req(0, 2 * MiB, a.fd))).toBe(0);
+    const rec = src.record();
+    const dup = native.open(`/proc/self/fd/${a.fd}`, 2);
+    const t = table();
+    t.load(rec, () => dup);
+    const kept = t.view(0, 1);
+    const notAFile = native.eventfd(0, false);
+    expect(() => t.reload(rec, () => notAFile)).toThrow(/not a regular file/);
+    native.close(notAFile);
+    expect(t.record().maps).toEqual(rec.maps);
+    expect(t.fileIds().map((f) => f.fd)).toEqual([dup]);
+    const again = t.view(0, 1);
+    expect(kept.ok && again.ok && again.bytes.buffer === kept.bytes.buffer).toBe(true);
+    expect(countFds(a.name)).toBe(2);
+  });
+
   it('fd-less maps are recorded but cannot be translated; read-only maps refuse writes', () => {
     const rom = ram(0x40000);
     const t = table();

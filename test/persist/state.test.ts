@@ -229,13 +229,27 @@ async function kill(v: Vugpu): Promise<void> {
 async function restart(w: World, state: VugpuState, early?: VugpuState): Promise<VugpuState> {
   // An upgrade's successor builds its server from an earlier checkpoint, before the handover.
   let prebuilt: Vugpu | undefined;
+  // DMA maps the ahead-build mapped, by VM and guest address: the restore must keep them.
+  const mappedAhead = new Map<string, ArrayBufferLike>();
+  const dmaBuffer = (v: Vugpu, vm: string, gpa: number) => {
+    const r = v.vms.get(vm)!.device.dma.view(gpa, 1);
+    return r.ok ? r.bytes.buffer : null;
+  };
   if (early) {
     const earlyFds = w.box.take();
     const p = prebuild(early, earlyFds, w.opts);
-    earlyFds.delete(VRAM_FD); // the prebuilt engine's
+    expect(p.errors).toEqual([]);
+    expect(p.owned).toContain(VRAM_FD);
+    for (const name of p.owned) earlyFds.delete(name); // the prebuilt server's: its engine's VRAM, its DMA files
     for (const fd of earlyFds.values()) native.close(fd);
     expect(prebuiltFits(p, state)).toBe(true);
     prebuilt = p.vugpu;
+    for (const vm of early.vms) {
+      for (const m of early.devices[vm.name]!.dma.maps) {
+        if (m.file !== 0) mappedAhead.set(`${vm.name}@${m.addr}`, dmaBuffer(prebuilt, vm.name, m.addr)!);
+      }
+    }
+    expect(mappedAhead.size).toBeGreaterThan(0);
   }
   const fds = w.box.take();
   if (prebuilt) {
@@ -263,6 +277,10 @@ async function restart(w: World, state: VugpuState, early?: VugpuState): Promise
     },
   });
   w.v = vugpu;
+  for (const [k, buf] of mappedAhead) {
+    const [vm, gpa] = k.split('@') as [string, string];
+    expect(dmaBuffer(vugpu, vm, Number(gpa)), `${k} mapped again in the restore`).toBe(buf);
+  }
   for (const g of w.guests) {
     g.client.close();
     g.client = clients.get(g.name)!;
@@ -326,7 +344,7 @@ describe('vugpu state (saveAll / restoreAll)', () => {
     const early = json(saveAll(w.v));
     const fds = w.box.take();
     const p = prebuild(early, fds, w.opts);
-    fds.delete(VRAM_FD);
+    for (const name of p.owned) fds.delete(name);
     for (const fd of fds.values()) native.close(fd);
     cleanup.push(() => p.vugpu.close());
     expect(prebuiltFits(p, early)).toBe(true);
