@@ -18,7 +18,7 @@ import type { FaultRecord } from '../gpu/mmu.ts';
 import {
   DOORBELL, INST_SIZE, MMU_FAULT_STATUS, PFIFO_CHAN_COUNT, PFIFO_CHAN_STATE, PFIFO_RUNLIST_BASE,
   PFIFO_RUNLIST_SUBMIT, PMC_ENABLE, PMC_ENABLE_PFIFO, STATE_ACQUIRE_WAIT, STATE_BUSY,
-  STATE_ENABLE, STATE_ERROR,
+  STATE_ENABLE, STATE_ERROR, STATE_PROGRAM_WAIT,
 } from '../gpu/spec.ts';
 import { Dispatcher, createPolicy, type SchedulerPolicy } from './scheduler/index.ts';
 import { RangeAllocator, isPow2 } from './alloc.ts';
@@ -413,9 +413,11 @@ export class Aggregator implements VgpuHost {
   check(sub: Submission): void {
     if (sub.done) return;
     const st = this.engine.mmioRead(PFIFO_CHAN_STATE + 8 * sub.pchid, 4);
-    if ((st & STATE_ACQUIRE_WAIT) !== 0 && this.owner[sub.pchid] === sub.vm) {
-      // Blocked on a semaphore: release the device but leave the channel enabled, so that it
-      // continues (outside the scheduler) when the semaphore is released.
+    if ((st & (STATE_ACQUIRE_WAIT | STATE_PROGRAM_WAIT)) !== 0 && this.owner[sub.pchid] === sub.vm) {
+      // Blocked on a semaphore or a program compile: release the device but leave the channel
+      // enabled, so that it continues (outside the scheduler) when the wait is over. A channel
+      // dispatched again while its compile runs (a second doorbell) gets no channelWaiting
+      // event: without this it held the device until the compile, on the nice-19 lane, was done.
       this.finish(sub, 0, true);
       return;
     }
