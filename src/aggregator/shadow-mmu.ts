@@ -154,6 +154,9 @@ export class ShadowMmu {
     const spd = this.entries(sp.pd, PD_ENTRIES);
     for (let pdi = 0; pdi < PD_ENTRIES; pdi++) {
       const lo = gpd ? gpd[2 * pdi]! : 0;
+      // Fast path: absent in both (a shadow table exists only behind a present shadow PDE), as
+      // nearly all of the 8192 PDEs are.
+      if ((lo & PDE_PRESENT) === 0 && spd[2 * pdi] === 0 && spd[2 * pdi + 1] === 0) continue;
       const hi = gpd ? gpd[2 * pdi + 1]! : 0;
       let pde = 0;
       const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
