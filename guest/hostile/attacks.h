@@ -29,6 +29,8 @@ struct ctx {
 	unsigned int endless_ms; /* how long to wait for the watchdog */
 	unsigned int chid_next, slot_next;
 	unsigned int flood;      /* program-module-flood: distinct modules */
+	unsigned int bursts;     /* flood-bursts: flood bursts */
+	int flood_control;       /* flood-bursts: a control burst after each flood burst */
 	int failed;
 };
 
@@ -79,6 +81,7 @@ int attack_pramin(struct ctx *x);
 int attack_diag(struct ctx *x);
 int attack_pv(struct ctx *x);
 int attack_programs(struct ctx *x);  /* prog_attacks.c */
+int attack_flood_bursts(struct ctx *x);  /* prog_attacks.c: vugpu-hostile flood-bursts */
 int attack_legit_after(struct ctx *x);
 
 /* Map the locked sysmem pages at VA_SYS (after as_build). */

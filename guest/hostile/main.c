@@ -11,6 +11,10 @@
  *       outside the slice, PV garbage, hostile SPIR-V programs (prog_attacks.c; --flood: how
  *       many distinct modules the flood loads). One VUGPU-CHECK line per attack ("ok": contained as the
  *       spec says), then a legit workload that must still work. Exit status: failed checks.
+ *   vugpu-hostile flood-bursts [--flood N] [--bursts N] [--control 1] [--seed N] [--wait-ms N]
+ *       Not an isolation check: the attacker of bench/flood.ts. Bursts of N distinct program modules,
+ *       each followed by as long an idle period (and with --control 1 a control burst of one cached
+ *       module as long, and its idle period): see attack_flood_bursts in prog_attacks.c.
  *   vugpu-hostile scan
  *       Map BAR1 and check that the VM's VRAM is all zeros (a fresh slice, or one scrubbed after
  *       its previous client) and holds no word of the attacker's pattern.
@@ -93,7 +97,9 @@ static int scan(void)
 static int usage(void)
 {
 	fprintf(stderr, "usage: vugpu-hostile attack [--seed N] [--engine-vram-mib N] [--hold-ms N] [--garbage N] "
-			"[--wait-ms N] [--endless-ms N] [--flood N] [--only a:b:c]\n       vugpu-hostile scan\nattacks:");
+			"[--wait-ms N] [--endless-ms N] [--flood N] [--only a:b:c]\n"
+			"       vugpu-hostile flood-bursts [--flood N] [--bursts N] [--control 1] [--seed N] [--wait-ms N]\n"
+			"       vugpu-hostile scan\nattacks:");
 	for (size_t i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++)
 		fprintf(stderr, " %s", attacks[i].name);
 	fprintf(stderr, "\n");
@@ -104,14 +110,15 @@ int main(int argc, char **argv)
 {
 	static struct ctx x;
 	const char *only = NULL;
-	int e;
+	int e, bursts;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2)
 		return usage();
 	if (!strcmp(argv[1], "scan"))
 		return scan();
-	if (strcmp(argv[1], "attack"))
+	bursts = !strcmp(argv[1], "flood-bursts");
+	if (strcmp(argv[1], "attack") && !bursts)
 		return usage();
 	x.seed = 1;
 	x.engine_vram = 1ull << 30;
@@ -140,6 +147,10 @@ int main(int argc, char **argv)
 			x.flood = (unsigned int)strtoul(v, NULL, 0);
 		else if (!strcmp(argv[a], "--only"))
 			only = v;
+		else if (!strcmp(argv[a], "--bursts"))
+			x.bursts = (unsigned int)strtoul(v, NULL, 0);
+		else if (!strcmp(argv[a], "--control"))
+			x.flood_control = strtoul(v, NULL, 0) != 0;
 		else
 			return usage();
 		a++;
@@ -165,6 +176,12 @@ int main(int argc, char **argv)
 	       "\",\"engine_vram\":%" PRIu64 ",\"seed\":%u,\"sys_gpa0\":\"0x%" PRIx64 "\"}\n",
 	       x.d.bdf, x.g.slice, x.d.bar1_size, x.g.nchan, x.g.pv ? "true" : "false", x.ram_top, x.engine_vram, x.seed,
 	       x.sys.gpa[0]);
+	if (bursts) {
+		e = !attack_flood_bursts(&x);
+		sysbuf_free(&x.sys);
+		raw_close(&x.d);
+		return e;
+	}
 	as_build(&x.g);
 	map_sys(&x);
 	report_phase("attacks-start");

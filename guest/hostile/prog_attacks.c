@@ -695,32 +695,41 @@ static int foreign_memory(struct ctx *x)
 	return report_check("program-foreign-memory", ok, j.b);
 }
 
+/* One flood: `count` modules launched in one channel, then the first again. */
+struct flood {
+	int ok;
+	unsigned int modules, verified, err;
+	double ms, first_again_ms;
+};
+
 /*
- * Many distinct modules (a constant varied per module): each one compiled on this VM's own time
- * (§6.3.4) and run correctly; the first again at the end (it may have left the per-VM cache).
+ * count modules with constants base + 0x100·k (distinct: each a new compile), or with `same` all
+ * the one module of constant base (compiled once, then cache hits: the control of bench/flood.ts).
  */
-static int module_flood(struct ctx *x)
+static struct flood flood_once(struct ctx *x, unsigned int count, uint32_t base, int same)
 {
 	struct gpu *g = &x->g;
-	unsigned int count = x->flood ? x->flood : 32, good = 0, chid = next_chid(x), slot = next_slot(x);
-	uint32_t base = x->seed * 0x10000u, len[256];
+	unsigned int chid = next_chid(x), slot = next_slot(x);
+	uint32_t len[256];
 	struct chan c;
 	struct pb p;
 	struct prog_launch l;
 	struct outcome o;
-	double ms;
-	int ok;
-	char f[400];
+	struct flood r = { 0 };
 
 	if (count > 256)
 		count = 256;
+	r.modules = count;
 	reset_state(x);
 	for (unsigned int k = 0; k < count; k++) {
-		len[k] = gen_at(x, 2048ull * k, (struct spvgen){ .constant = base + 0x100 * k });
+		len[k] = gen_at(x, 2048ull * k, (struct spvgen){ .constant = same ? base : base + 0x100 * k });
 		vfill(&x->d, L_PBUF + (uint64_t)OUT_BYTES * k, SENTINEL, OUT_BYTES);
 	}
-	if (chan_open(g, &c, chid, slot))
-		return report_check("program-module-flood", 0, "\"detail\":\"bind failed\"");
+	if (chan_open(g, &c, chid, slot)) {
+		r.err = ~0u;
+		chan_close(g, &c);
+		return r;
+	}
 	/* in batches: a pushbuffer holds 2048 words */
 	for (unsigned int k = 0; k < count;) {
 		pb_reset(&p);
@@ -732,10 +741,11 @@ static int module_flood(struct ctx *x)
 		chan_submit(g, &c, &p);
 	}
 	o = chan_wait(g, &c, 4 * x->wait_ms);
-	ms = o.ms;
+	r.ms = o.ms;
+	r.err = o.err;
 	if (o.done)
 		for (unsigned int k = 0; k < count; k++)
-			good += store_ok(x, L_PBUF + (uint64_t)OUT_BYTES * k, base + 0x100 * k);
+			r.verified += store_ok(x, L_PBUF + (uint64_t)OUT_BYTES * k, same ? base : base + 0x100 * k);
 	/* the first module again */
 	vfill(&x->d, L_PBUF, SENTINEL, OUT_BYTES);
 	pb_reset(&p);
@@ -746,19 +756,91 @@ static int module_flood(struct ctx *x)
 		chan_submit(g, &c, &p);
 		o = chan_wait(g, &c, x->wait_ms);
 	}
+	r.first_again_ms = o.ms;
 	if (programs_on(x)) {
-		ok = o.done && good == count && store_ok(x, L_PBUF, base);
+		r.ok = o.done && r.verified == count && store_ok(x, L_PBUF, base);
 	} else {
-		ok = o.err == VG_CERR_BAD_PROGRAM && rd32(&x->d, VG_PFIFO_CHAN_ERR_REASON(chid)) == VG_PROG_ERR_UNSUPPORTED &&
-		     vcheck(&x->d, L_PBUF, SENTINEL, OUT_BYTES);
+		r.ok = o.err == VG_CERR_BAD_PROGRAM && rd32(&x->d, VG_PFIFO_CHAN_ERR_REASON(chid)) == VG_PROG_ERR_UNSUPPORTED &&
+		       vcheck(&x->d, L_PBUF, SENTINEL, OUT_BYTES);
 	}
+	if (!r.err)
+		r.err = o.err;
+	chan_close(g, &c);
+	reset_state(x);
+	return r;
+}
+
+/*
+ * Many distinct modules (a constant varied per module): each one compiled on this VM's own time
+ * (§6.3.4) and run correctly; the first again at the end (it may have left the per-VM cache).
+ */
+static int module_flood(struct ctx *x)
+{
+	struct flood r = flood_once(x, x->flood ? x->flood : 32, x->seed * 0x10000u, 0);
+	char f[400];
+
+	if (r.err == ~0u)
+		return report_check("program-module-flood", 0, "\"detail\":\"bind failed\"");
 	snprintf(f, sizeof(f),
 		 "\"modules\":%u,\"verified\":%u,\"err\":%u,\"err_name\":\"%s\",\"ms\":%.0f,\"ms_per_module\":%.1f,"
 		 "\"first_again_ms\":%.0f",
-		 count, good, o.err, vg_chan_err_name(o.err), ms, ms / count, o.ms);
-	chan_close(g, &c);
-	reset_state(x);
-	return report_check("program-module-flood", ok, f);
+		 r.modules, r.verified, r.err, vg_chan_err_name(r.err), r.ms, r.ms / r.modules, r.first_again_ms);
+	return report_check("program-module-flood", r.ok, f);
+}
+
+/*
+ * vugpu-hostile flood-bursts (bench/flood.ts): --bursts flood bursts of --flood distinct modules
+ * each (new constants every burst, so nothing is ever cached), each followed by an idle period as
+ * long as the burst. With --control 1 every flood burst is followed by a control burst as long
+ * (the same module generation, VRAM writes, launches and polling, but all of one module, so one
+ * compile and then cache hits) and its own idle period: what the flood costs a co-tenant beyond
+ * what any busy guest costs. Markers: VUGPU-PHASE burst-start / burst-end (then idle until the
+ * next burst-start), one VUGPU-CHECK "flood-burst" per burst.
+ */
+int attack_flood_bursts(struct ctx *x)
+{
+	unsigned int count = x->flood ? x->flood : 32, n = x->bursts ? x->bursts : 1, failed = 0;
+	double last_flood_ms = 0;
+
+	as_build(&x->g);
+	map_sys(x);
+	for (unsigned int i = 0; i < (x->flood_control ? 2 * n : n); i++) {
+		int control = x->flood_control && (i & 1);
+		unsigned int rounds = 0, launches = 0, verified = 0, err = 0;
+		double t0 = now_ms(), ms, device_ms = 0;
+		int ok = 1;
+		char f[400];
+		struct flood r;
+
+		printf("VUGPU-PHASE {\"phase\":\"burst-start\",\"burst\":%u,\"kind\":\"%s\"}\n", i, control ? "control" : "flood");
+		fflush(stdout);
+		do {
+			/* flood burst i: constants (seed + i)·2^16 + 0x100·k, never seen before */
+			r = flood_once(x, count, control ? 0xc0de0000u : (x->seed + i) * 0x10000u, control);
+			rounds++;
+			launches += r.modules + 1;
+			verified += r.verified;
+			device_ms += r.ms;
+			ok &= r.ok;
+			if (!err)
+				err = r.err;
+		} while (control && ok && now_ms() - t0 < last_flood_ms);
+		ms = now_ms() - t0;
+		if (!control)
+			last_flood_ms = ms;
+		snprintf(f, sizeof(f),
+			 "\"burst\":%u,\"kind\":\"%s\",\"rounds\":%u,\"launches\":%u,\"distinct_modules\":%u,\"verified\":%u,"
+			 "\"modules\":%u,\"err\":%u,\"err_name\":\"%s\",\"ms\":%.0f,\"wait_ms\":%.0f",
+			 i, control ? "control" : "flood", rounds, launches, control ? 1 : count, verified, rounds * count, err,
+			 err == ~0u ? "bind failed" : vg_chan_err_name(err), ms, device_ms);
+		failed += !report_check("flood-burst", ok, f);
+		printf("VUGPU-PHASE {\"phase\":\"burst-end\",\"burst\":%u,\"kind\":\"%s\",\"ms\":%.0f}\n", i,
+		       control ? "control" : "flood", ms);
+		fflush(stdout);
+		sleep_ms((unsigned int)ms); /* idle as long as the burst: the canary's solo windows */
+	}
+	report_phase("bursts-done");
+	return failed == 0;
 }
 
 int attack_programs(struct ctx *x)

@@ -5,6 +5,7 @@
  *   vugpu-programs [--dir DIR] [--only a:b] [--seed N] [--size N] [--repeat N | --loop]
  *   vugpu-programs --check-limits [--dir DIR]
  *   vugpu-programs --spin N [--dir DIR]
+ *   vugpu-programs --latency MS [--window-ms N] [--dir DIR]
  *
  * Default: loads each sample module DIR/<name>.spv (DIR default /programs; built on the host by
  * scripts/build-spirv.sh from guest/programs/<name>.comp), runs it on deterministic inputs
@@ -24,6 +25,13 @@
  * success or WATCHDOG — never a wrong result.
  * --repeat N / --loop: the selected mode N times / until killed ("round" in every record, a
  * VUGPU-PHASE line with the round's digest after each round).
+ * --latency MS: the launch-latency canary (bench/flood.ts). For MS milliseconds, launches the
+ * built-in NOP program (DIR/builtins/nop.spv, cached after its first launch) back to back, each
+ * launch → vgSynchronize timed on the guest clock, and every --window-ms (default 250) prints
+ * `VUGPU-LAT {"window":i,"n":..,"p50_us":..,"mean_us":..,"p99_us":..,"max_us":..,"ok":..}`.
+ * A NOP has no output, so each window ends with one small vecadd (fresh inputs, checked bit for
+ * bit against the CPU, not timed into the window): "ok" = every NOP launch succeeded and the
+ * vecadd was right, so a device that stopped computing cannot pass as a fast one.
  *
  * Sample interfaces (guest/programs/README.md; descriptor set 0; push constants at offset 0):
  *   vecadd     f32  c[i] = a[i] + b[i]         bindings a (ro), b (ro), c; push {uint n}
@@ -67,6 +75,8 @@ struct opts {
 	int check_limits;
 	int spin;
 	uint32_t spin_n;
+	unsigned int latency_ms;
+	unsigned int window_ms;
 };
 
 /* One check's record, printed as VUGPU-CHECK. */
@@ -653,6 +663,131 @@ static const struct sample {
 	{ "histogram", run_histogram }, { "spin", run_spin },
 };
 
+/* ---------------------------------------------------------------- latency canary */
+
+#define LAT_MAX_SAMPLES 65536u
+#define LAT_CHECK_N 256u
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank quantile of a sorted array. */
+static double sorted_q(const double *v, size_t n, double q)
+{
+	size_t i = (size_t)(q * (double)n);
+
+	return n ? v[i < n ? i : n - 1] : 0;
+}
+
+/* One vecadd of LAT_CHECK_N fresh elements, checked bit for bit: 1 if right. */
+static int lat_check(vgContext ctx, vgProgram prog, const vgDevicePtr d[3], unsigned int wg, struct rec *r)
+{
+	float a[LAT_CHECK_N], b[LAT_CHECK_N], c[LAT_CHECK_N];
+	unsigned int n = LAT_CHECK_N, grid[3], i;
+	vgBinding bind[3];
+	double us;
+
+	for (i = 0; i < n; i++) {
+		a[i] = rng_unit() * 2.0f - 1.0f;
+		b[i] = rng_unit() * 2.0f - 1.0f;
+		c[i] = -1.0f;
+	}
+	bind[0] = (vgBinding){ d[0], sizeof(a), VG_BINDING_READ_ONLY };
+	bind[1] = (vgBinding){ d[1], sizeof(b), VG_BINDING_READ_ONLY };
+	bind[2] = (vgBinding){ d[2], sizeof(c), 0 };
+	grid1d(grid, n, wg);
+	TRY(r, ctx, vgMemcpyHtoD(ctx, d[0], a, sizeof(a)));
+	TRY(r, ctx, vgMemcpyHtoD(ctx, d[1], b, sizeof(b)));
+	TRY(r, ctx, vgMemcpyHtoD(ctx, d[2], c, sizeof(c))); /* a stale result must not pass */
+	TRY(r, ctx, launch_sync(ctx, prog, grid, bind, 3, &n, 4, NULL, 0, &us));
+	TRY(r, ctx, vgMemcpyDtoH(ctx, c, d[2], sizeof(c)));
+	for (i = 0; i < n; i++) {
+		float w = a[i] + b[i];
+
+		if (memcmp(&w, &c[i], 4)) {
+			snprintf(r->detail, sizeof(r->detail), "vecadd element %u: %g, want %g", i, (double)c[i], (double)w);
+			return 0;
+		}
+	}
+	return 1;
+out:
+	return 0;
+}
+
+static int run_latency(void)
+{
+	struct rec r;
+	struct sample_ctx nop, va;
+	vgDevicePtr d[3] = { 0, 0, 0 };
+	unsigned int grid[3] = { 1, 1, 1 }, window = 0, bad_windows = 0;
+	double *lat = xmalloc(LAT_MAX_SAMPLES * sizeof(double)), t_start, us;
+	int ok = 0;
+
+	rec_init(&r, "program-latency");
+	memset(&va, 0, sizeof(va));
+	if (sample_open(&nop, &r, "builtins/nop"))
+		goto done;
+	/* vecadd in the canary's own context: its checks travel the same channel as the NOPs */
+	va.words = load_module("vecadd", &va.bytes);
+	if (!va.words) {
+		snprintf(r.detail, sizeof(r.detail), "%s/vecadd.spv: %s", g_opt.dir, strerror(errno));
+		goto done;
+	}
+	local_size(va.words, va.bytes / 4, va.wg);
+	TRY(&r, nop.ctx, vgProgramLoad(nop.ctx, va.words, va.bytes, &va.prog));
+	for (int i = 0; i < 3; i++)
+		TRY(&r, nop.ctx, vgMemAlloc(nop.ctx, &d[i], LAT_CHECK_N * 4));
+	/* both compiled (and checked once) before the first window */
+	TRY(&r, nop.ctx, launch_sync(nop.ctx, nop.prog, grid, NULL, 0, NULL, 0, NULL, 0, &r.first_us));
+	if (!lat_check(nop.ctx, va.prog, d, va.wg[0], &r))
+		goto out;
+	printf("VUGPU-PHASE {\"phase\":\"latency-start\",\"ms\":%u,\"window_ms\":%u,\"first_us\":%.1f}\n", g_opt.latency_ms,
+	       g_opt.window_ms, r.first_us);
+	fflush(stdout);
+	t_start = now_us();
+	while (now_us() - t_start < g_opt.latency_ms * 1e3) {
+		double t_w = now_us(), sum = 0, end = t_w + g_opt.window_ms * 1e3;
+		size_t n = 0;
+		vgResult e = VG_SUCCESS;
+		int wok;
+
+		while (n < LAT_MAX_SAMPLES && now_us() < end) {
+			e = launch_sync(nop.ctx, nop.prog, grid, NULL, 0, NULL, 0, NULL, 0, &us);
+			if (e)
+				break;
+			lat[n++] = us;
+			sum += us;
+		}
+		if (e)
+			fail(&r, nop.ctx, e, "NOP launch");
+		wok = !e && n > 0 && lat_check(nop.ctx, va.prog, d, va.wg[0], &r);
+		bad_windows += !wok;
+		qsort(lat, n, sizeof(lat[0]), cmp_double);
+		printf("VUGPU-LAT {\"window\":%u,\"t_ms\":%.1f,\"n\":%zu,\"p50_us\":%.1f,\"mean_us\":%.1f,\"p99_us\":%.1f,"
+		       "\"max_us\":%.1f,\"ok\":%s}\n",
+		       window++, (t_w - t_start) / 1e3, n, sorted_q(lat, n, 0.5), n ? sum / (double)n : 0, sorted_q(lat, n, 0.99),
+		       n ? lat[n - 1] : 0, wok ? "true" : "false");
+		fflush(stdout);
+		if (e)
+			break; /* a broken channel stays broken: the record says why */
+	}
+	ok = window > 0 && bad_windows == 0;
+	snprintf(r.detail + strlen(r.detail), sizeof(r.detail) - strlen(r.detail), "%s%u windows, %u not ok",
+		 r.detail[0] ? "; " : "", window, bad_windows);
+out:
+	r.ok = ok;
+	addf(&r, ",\"windows\":%u,\"bad_windows\":%u", window, bad_windows);
+done:
+	free(va.words);
+	sample_close(&nop);
+	free(lat);
+	return report(&r);
+}
+
 /* ---------------------------------------------------------------- limits */
 
 static int limits_check(void)
@@ -937,7 +1072,8 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: vugpu-programs [--dir DIR] [--only a:b] [--seed N] [--size N] [--repeat N | --loop]\n"
 			"       vugpu-programs --check-limits [--dir DIR]\n"
-			"       vugpu-programs --spin N [--dir DIR]\nsamples:");
+			"       vugpu-programs --spin N [--dir DIR]\n"
+			"       vugpu-programs --latency MS [--window-ms N] [--dir DIR]\nsamples:");
 	for (size_t i = 0; i < sizeof(samples) / sizeof(samples[0]); i++)
 		fprintf(stderr, " %s", samples[i].name);
 	fprintf(stderr, "\n");
@@ -954,6 +1090,7 @@ int main(int argc, char **argv)
 	g_opt.dir = "/programs";
 	g_opt.seed = 1;
 	g_opt.repeat = 1;
+	g_opt.window_ms = 250;
 	for (int a = 1; a < argc; a++) {
 		const char *v = a + 1 < argc ? argv[a + 1] : NULL;
 
@@ -980,12 +1117,18 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--spin")) {
 			g_opt.spin = 1;
 			g_opt.spin_n = (uint32_t)strtoul(v, NULL, 0);
-		} else
+		} else if (!strcmp(argv[a], "--latency"))
+			g_opt.latency_ms = (unsigned int)strtoul(v, NULL, 0);
+		else if (!strcmp(argv[a], "--window-ms"))
+			g_opt.window_ms = (unsigned int)strtoul(v, NULL, 0);
+		else
 			return usage();
 		a++;
 	}
 	if (!g_opt.repeat)
 		g_opt.repeat = 1;
+	if (!g_opt.window_ms)
+		g_opt.window_ms = 250;
 
 	/* the limits, through the driver (one context, then each check opens its own) */
 	e = vgInit(0);
@@ -1015,6 +1158,8 @@ int main(int argc, char **argv)
 		if (g_opt.check_limits) {
 			limits_check();
 			limits_probes();
+		} else if (g_opt.latency_ms) {
+			run_latency();
 		} else if (g_opt.spin) {
 			rec_init(&r, "program-spin-run");
 			run_spin_n(&r, g_opt.spin_n);
