@@ -31,6 +31,7 @@
 // (/proc/<pid>/task/*/stat, nice 19) at every phase boundary: compile CPU per burst.
 //   node bench/flood.ts [--flood 256] [--bursts 4] [--solo-s 10] [--window-ms 250] [--no-control] [--out flood] [--seed N]
 //                       [--compile-nice N]   (diagnostic: renice the server's compile lane from 19 to N)
+//   node bench/flood.ts --replot [--out flood]   (the plot again from the JSON)
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -40,7 +41,7 @@ import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
 import { startServer, type ServerProcess } from '../src/vm/server-process.ts';
-import { environment, median, type Environment, textTable, writeResult } from './lib/common.ts';
+import { environment, median, type Environment, resultsDir, textTable, writeResult } from './lib/common.ts';
 
 const PROGRAMS = '/opt/vugpu/programs.sh';
 const HOSTILE = '/opt/vugpu/hostile.sh';
@@ -517,13 +518,15 @@ async function run(o: Opts): Promise<Result> {
 // ---- plot
 
 function svg(r: Result): string {
-  const W = 860, left = 60, right = 20, top = 56, ph = 250, H = top + ph + 190;
+  const W = 860, left = 64, right = 20, top = 56, ph = 250, H = top + ph + 190;
   const pw = W - left - right;
   const ws = r.windows;
   const tMax = Math.max(1, ...ws.map((w) => w.t));
-  const yMax = Math.max(1, ...ws.map((w) => w.p50Us)) * 1.1;
+  // Log scale: solo windows sit at a few hundred µs, flood windows tens of ms.
+  const yMax = 10 ** Math.ceil(Math.log10(Math.max(10, ...ws.map((w) => w.p50Us)) * 1.1));
+  const yMin = 10 ** Math.floor(Math.log10(Math.max(1, Math.min(...ws.map((w) => w.p50Us)))));
   const x = (t: number) => left + (t / tMax) * pw;
-  const y = (v: number) => top + ph - (Math.min(v, yMax) / yMax) * ph;
+  const y = (v: number) => top + ph - (Math.log10(Math.min(yMax, Math.max(yMin, v)) / yMin) / Math.log10(yMax / yMin)) * ph;
   const color: Record<Kind, string> = { baseline: '#7f7f7f', solo: '#2ca02c', flood: '#d62728', control: '#1f77b4', other: '#bbbbbb' };
   const parts = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
@@ -545,14 +548,17 @@ function svg(r: Result): string {
   for (const s of spans.values()) {
     parts.push(`<rect x="${x(s.from).toFixed(1)}" y="${top}" width="${Math.max(1, x(s.to) - x(s.from)).toFixed(1)}" height="${ph}" fill="${s.kind === 'flood' ? '#d62728' : '#1f77b4'}" fill-opacity="0.12"/>`);
   }
-  for (let k = 0; k <= 4; k++) {
-    const v = (yMax * k) / 4;
-    parts.push(`<text x="${left - 5}" y="${y(v) + 4}" text-anchor="end">${v.toFixed(0)}</text>`);
-    parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(v)}" y2="${y(v)}" stroke="#eee"/>`);
+  for (let d = yMin; d < yMax * 1.01; d *= 10) {
+    for (const m of [1, 2, 5]) {
+      const v = d * m;
+      if (v > yMax * 1.01) break;
+      parts.push(`<text x="${left - 5}" y="${y(v) + 4}" text-anchor="end">${v >= 1000 ? `${v / 1000} ms` : `${v} µs`}</text>`);
+      parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(v)}" y2="${y(v)}" stroke="#eee"/>`);
+    }
   }
   for (let t = 0; t <= tMax; t += tMax > 200 ? 30 : 10) parts.push(`<text x="${x(t).toFixed(1)}" y="${top + ph + 14}" text-anchor="middle">${t}</text>`);
   parts.push(`<text x="${left + pw / 2}" y="${top + ph + 28}" text-anchor="middle" fill="#555">seconds since the canary's first window (host clock)</text>`);
-  parts.push(`<text x="14" y="${top + ph / 2}" transform="rotate(-90 14 ${top + ph / 2})" text-anchor="middle" fill="#555">p50 launch→fence, µs</text>`);
+  parts.push(`<text x="12" y="${top + ph / 2}" transform="rotate(-90 12 ${top + ph / 2})" text-anchor="middle" fill="#555">p50 launch→fence (log scale)</text>`);
   const soloY = y(r.solo.p50Us), goalY = y(r.solo.p50Us * r.goal);
   parts.push(`<line x1="${left}" x2="${left + pw}" y1="${soloY}" y2="${soloY}" stroke="#2ca02c" stroke-dasharray="4,3"/>`);
   parts.push(`<line x1="${left}" x2="${left + pw}" y1="${goalY}" y2="${goalY}" stroke="#000" stroke-dasharray="2,3"/>`);
@@ -620,8 +626,14 @@ async function main(): Promise<void> {
       'compile-nice': { type: 'string' },
       seed: { type: 'string' },
       out: { type: 'string', default: 'flood' },
+      replot: { type: 'boolean', default: false },
     },
   });
+  if (values.replot) {
+    const r = JSON.parse(fs.readFileSync(path.join(resultsDir, `${values.out!}.json`), 'utf8')) as Result;
+    console.log(`wrote ${writeResult(`${values.out!}.svg`, svg(r))}`);
+    return;
+  }
   const o: Opts = {
     flood: Number(values.flood), bursts: Number(values.bursts), soloS: Number(values['solo-s']),
     windowMs: Number(values['window-ms']), control: !values['no-control'], out: values.out!,
