@@ -14,6 +14,8 @@
 //                                 VUGPU_BENCH_SIZES: e.g. "1,2,4")
 //   node bench/restart.ts --in-process-only   only the in-process access cost (no guest, ~2 min),
 //                                 written into the last run's restart.json as mmioInProcess
+//   node bench/restart.ts --access-only       both access-cost comparisons (guests too, ~5 min),
+//                                 written into the last run's restart.json (mmio, mmioInProcess)
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -387,10 +389,17 @@ function svg(sizes: Record<string, Record<Kind, { guestPauseMs: Stats; samples: 
 }
 
 async function main(): Promise<void> {
-  if (process.argv.includes('--in-process-only')) {
-    // Only the in-process access cost, added to the last full run's results (its own date).
+  const inProcessOnly = process.argv.includes('--in-process-only');
+  if (inProcessOnly || process.argv.includes('--access-only')) {
+    // Only the access cost (in process; with --access-only also guest-measured), written into
+    // the last full run's results (each part carries its own date).
     const file = path.join(repoRoot, 'bench/results/restart.json');
     const last = JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, unknown>;
+    if (!inProcessOnly) {
+      manifest = loadManifest();
+      last.mmio = { ...(await mmioCost()) as Record<string, unknown>, date: new Date().toISOString(), loadAvg: os.loadavg() };
+      console.log('trapped access, guest-measured:', JSON.stringify(last.mmio));
+    }
     last.mmioInProcess = await mmioInProcess();
     writeResult('restart.json', last);
     console.log('trapped access, in process:', JSON.stringify(last.mmioInProcess));

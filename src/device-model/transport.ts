@@ -46,6 +46,10 @@ export interface RequestJournal {
   intent(): void;
   replied(): void;
   consumed(): void;
+  /** Replied requests left in the socket (bytes), and the first of them when it starts one. */
+  backlog(bytes: number, first: { msgId: number; command: number; size: number; flags: number } | null): void;
+  /** The backlog (n requests) left the socket. */
+  backlogConsumed(n: number): void;
   /** The slot's state word in shared memory: when present, the addon's sendmsg marks "reply
    * intended" and "replied" itself, right around the syscall (the narrowest window a kill can
    * fall into). */
@@ -55,7 +59,13 @@ export interface RequestJournal {
 /** Adoption of a connection from a dead (or upgraded) server. */
 export interface AdoptedConnection {
   /** The journal slot as the previous server left it. */
-  slot: { state: 'idle' | 'seen' | 'intent' | 'replied'; msgId: number; command: number; size: number; flags: number; seenAt: number };
+  slot: {
+    state: 'idle' | 'seen' | 'intent' | 'replied'; msgId: number; command: number; size: number; flags: number; seenAt: number;
+    /** Bytes of replied requests the dead server left at the head of the socket, and the first
+     * of them (journal version 2; absent or 0: none). */
+    backlogBytes?: number;
+    backlogFirst?: { msgId: number; command: number; size: number; flags: number };
+  };
   /** The request the adopted checkpoint says was being handled (its effects are in it). */
   applied: { msgId: number; command: number; size: number; flags: number } | null;
   /** Monotonic ms at which queued requests were first seen (keeper samples), in queue order. */
@@ -121,6 +131,13 @@ const WRITABLE = 2;
 // Bound on recvmsg calls per readiness callback, so one busy connection cannot starve the
 // others on the JS thread (uv_poll is level-triggered: we are called again).
 const MAX_READS_PER_WAKEUP = 32;
+// Replied requests are consumed from the socket in batches (src/persist/journal.ts): after a
+// reply the server must go idle at once, since the reply wakes the client on the server's CPU
+// (a UNIX socket's sync wake-up) — consuming each request after its reply cost ~4 µs per
+// trapped access (bench/restart.ts mmioInProcess). Bounded well below what the socket holds
+// (its sender's buffer: ~200 small messages).
+const BACKLOG_MAX_REQUESTS = 32;
+const BACKLOG_MAX_BYTES = 16384;
 // Linux SCM_MAX_FD: the receive side never truncates control data.
 const MAX_FDS_PER_READ = SCM_MAX_FD;
 
@@ -141,6 +158,11 @@ export class SocketTransport implements Transport {
   private readonly journal: RequestJournal | null;
   private readonly peek: boolean;
   private pendingConsume = 0;
+  /** The request being handled (peek mode): it joins the backlog once replied. */
+  private readonly head = { msgId: 0, command: 0, size: 0, flags: 0, fds: false };
+  /** Replied requests still in the socket ahead of the next one (peek mode). */
+  private backlogBytes = 0;
+  private backlogCount = 0;
   private suspended = false;
   private delivered = 0;
   private adopted: AdoptedConnection | null;
@@ -178,6 +200,7 @@ export class SocketTransport implements Transport {
     // The peek offset belongs to the socket, not to us: a dead predecessor (or the keeper,
     // sampling arrivals) may have left it anywhere. Nothing of this connection is buffered yet.
     if (this.peek && native.setPeekOffset(this.fd, 0) < 0) throw new Error(`${this.name}: SO_PEEK_OFF is not supported`);
+    if (this.peek && this.adopted && (this.adopted.slot.backlogBytes ?? 0) > 0) this.discardBacklog(this.adopted);
     this.watchHandle = native.watch(this.fd, (status, events) => this.onReady(status, events));
   }
 
@@ -204,32 +227,94 @@ export class SocketTransport implements Transport {
     }
     j.seen(msg.msgId, msg.command, msg.size, msg.flags, seenAt);
     this.pendingConsume = msg.size;
+    const h = this.head;
+    h.msgId = msg.msgId;
+    h.command = msg.command;
+    h.size = msg.size;
+    h.flags = msg.flags;
+    h.fds = msg.fds.length > 0;
     if (recovery) this.sink!.onMessage(msg, recovery);
     else this.sink!.onMessage(msg);
-    if (this.isClosed || this.queue.length > 0) return; // consumed once the queued reply is out
+    if (this.isClosed || this.queue.length > 0) return; // retired once the queued reply is out
     if ((msg.flags & NO_REPLY) !== 0 || recovery !== undefined) j.replied();
-    this.consume();
+    this.retire();
   }
 
-  /** Remove the handled request's bytes (and the original fds, whose duplicates the peek
-   * delivered) from the socket. */
-  private consume(): void {
-    let left = this.pendingConsume;
+  /** The handled request (replied) joins the backlog; the backlog leaves the socket when it is
+   * full, or at once behind a request that carried fds or many bytes (rare: maps, IRQ setup),
+   * whose originals the socket still holds. */
+  private retire(): void {
+    const size = this.pendingConsume;
+    if (size === 0) return;
     this.pendingConsume = 0;
-    if (left === 0) return;
-    if (this.scratch === null || this.scratch.length < Math.min(left, 65536)) this.scratch = new Uint8Array(65536);
+    this.journal!.backlog(this.backlogBytes + size, this.backlogCount === 0 ? this.head : null);
+    this.backlogBytes += size;
+    this.backlogCount++;
+    if (this.head.fds || this.backlogCount >= BACKLOG_MAX_REQUESTS || this.backlogBytes >= BACKLOG_MAX_BYTES) this.consumeBacklog();
+  }
+
+  /** Remove the backlog's bytes (and the original fds, whose duplicates the peek delivered)
+   * from the socket. */
+  private consumeBacklog(): void {
+    const n = this.backlogCount;
+    if (!this.drop(this.backlogBytes, null)) return;
+    this.backlogBytes = 0;
+    this.backlogCount = 0;
+    this.journal!.backlogConsumed(n);
+  }
+
+  /** Read `bytes` off the socket, closing the fds that come with them; count the messages in
+   * them when `headers` is given (their sizes). False if the socket failed (it is shut). */
+  private drop(bytes: number, headers: { count: number; at: number } | null): boolean {
+    let left = bytes;
+    if (this.scratch === null) this.scratch = new Uint8Array(65536);
+    let pos = 0; // stream offset of scratch[0] within the dropped bytes
     while (left > 0) {
       const n = native.recvmsg(this.fd, this.scratch.subarray(0, Math.min(left, this.scratch.length)), this.fdsOut);
       if (n <= 0) {
         // The bytes were peeked, so they are queued: anything else means the socket is broken.
-        this.shutdown({ kind: 'error', message: `consuming a handled request failed (${n})`, errno: n < 0 ? -n : undefined });
-        return;
+        this.shutdown({ kind: 'error', message: `consuming handled requests failed (${n})`, errno: n < 0 ? -n : undefined });
+        return false;
       }
       const count = this.fdsOut[0]!;
       for (let i = 1; i <= count; i++) native.close(this.fdsOut[i]!);
+      if (headers) {
+        // Each message starts with its header; its size (u32 at +4) says where the next one does.
+        while (headers.at + 8 <= pos + n) {
+          if (headers.at < pos) break; // a header split across reads: not counted (arrivals only)
+          const size = this.scratch[headers.at - pos + 4]! | (this.scratch[headers.at - pos + 5]! << 8) |
+            (this.scratch[headers.at - pos + 6]! << 16) | (this.scratch[headers.at - pos + 7]! << 24);
+          if (size < 16) break;
+          headers.count++;
+          headers.at += size;
+        }
+      }
+      pos += n;
       left -= n;
     }
-    this.journal!.consumed();
+    return true;
+  }
+
+  /**
+   * Adopted with a backlog: if the first request of it is still at the head of the socket, the
+   * dead server had replied to all of it and not consumed it — drop it without replying (and
+   * the keeper's arrival samples for it). Otherwise the batch had left the socket already.
+   */
+  private discardBacklog(a: AdoptedConnection): void {
+    const first = a.slot.backlogFirst;
+    const probe = new Uint8Array(16);
+    const n = native.recvmsg(this.fd, probe, this.fdsOut, true);
+    for (let i = 1; i <= Math.max(0, this.fdsOut[0]!); i++) native.close(this.fdsOut[i]!); // peeked duplicates
+    native.setPeekOffset(this.fd, 0);
+    if (n < 16 || !first) return;
+    const dv = new DataView(probe.buffer);
+    const at = { msgId: dv.getUint16(0, true), command: dv.getUint16(2, true), size: dv.getUint32(4, true), flags: dv.getUint32(8, true) };
+    if (at.msgId !== first.msgId || at.command !== first.command || at.size !== first.size || at.flags !== first.flags) return;
+    const headers = { count: 0, at: 0 };
+    if (!this.drop(a.slot.backlogBytes!, headers)) return;
+    this.journal!.backlogConsumed(headers.count);
+    logger.info({ transport: this.name, requests: headers.count, bytes: a.slot.backlogBytes }, 'adopted connection: dropped the replied requests the previous server left queued');
+    this.adopted = { ...a, arrivals: a.arrivals.slice(headers.count) };
   }
 
   send(data: Uint8Array, fds?: number[]): boolean {
@@ -307,7 +392,7 @@ export class SocketTransport implements Transport {
     this.stallTimer = null;
     if (this.peek && this.pendingConsume > 0) {
       this.journal!.replied();
-      this.consume();
+      this.retire();
       if (this.isClosed) return;
     }
     if (this.suspended) {

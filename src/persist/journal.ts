@@ -10,13 +10,19 @@
 //   seen               → handle it again (its effects are not in the checkpoint), or, if the
 //                        checkpoint already holds them, reply as the handler would have
 //   anything else      → a fresh request
+// Replied requests are consumed in batches (the reply's tail stays short: a reply wakes the
+// client on the server's CPU, which must go idle at once): the slot also records how many bytes
+// of replied requests still precede its request in the socket (the backlog) and the first of
+// them; a successor that finds that request at the head discards the backlog without replying.
+// If the batch was consumed just before a kill, the head is a later request and nothing is
+// discarded (message ids differ within a batch).
 // Plus one byte per physical channel: set when the engine may have started work on the channel
 // since the last checkpoint (restore.ts fails such channels with ENGINE_LOST).
 // Stores into a MAP_SHARED memfd mapping survive SIGKILL (they are in the page cache).
 import { native } from '../native.ts';
 
 export const JOURNAL_MAGIC = 'VUGPUJNL';
-export const JOURNAL_VERSION = 1;
+export const JOURNAL_VERSION = 2; // 2: the backlog fields (1 is read as backlog 0)
 export const JOURNAL_SLOTS = 256;
 export const JOURNAL_CHANNELS = 128;
 const CHAN_AT = 64;
@@ -46,6 +52,10 @@ export interface SlotView extends RequestId {
   seenAt: number;
   /** Requests consumed on this connection so far. */
   consumed: number;
+  /** Bytes of replied requests still in the socket ahead of this slot's request (0: none). */
+  backlogBytes: number;
+  /** The first of them (valid while backlogBytes > 0). */
+  backlogFirst: RequestId;
 }
 
 export function monoMs(): number {
@@ -91,7 +101,9 @@ export class Journal {
     const magic = new TextDecoder().decode(new Uint8Array(j.buf, 0, 8));
     if (magic !== JOURNAL_MAGIC) throw new JournalError('the journal memfd does not hold a vugpu journal');
     const v = j.dv.getUint32(8, true);
-    if (v !== JOURNAL_VERSION) throw new JournalError(`journal layout version ${v}; this build reads ${JOURNAL_VERSION}`);
+    if (v !== JOURNAL_VERSION && v !== 1) throw new JournalError(`journal layout version ${v}; this build reads 1 and ${JOURNAL_VERSION}`);
+    // Version 1 wrote zeros where the backlog goes (no backlog); from now on it may have one.
+    if (v !== JOURNAL_VERSION) j.dv.setUint32(8, JOURNAL_VERSION, true);
     return j;
   }
 
@@ -149,10 +161,32 @@ export class ConnJournal {
     this.dv.setUint32(this.at + 24, this.dv.getUint32(this.at + 24, true) + 1, true);
   }
 
+  /** The replied request this slot is on stays in the socket, in the backlog, which now holds
+   * `bytes` (the first of them recorded before the count: a kill between the stores leaves a
+   * smaller backlog, whose last request the slot still shows as replied). */
+  backlog(bytes: number, first: RequestId | null): void {
+    const dv = this.dv;
+    const a = this.at;
+    if (first) {
+      dv.setUint16(a + 32, first.msgId, true);
+      dv.setUint16(a + 34, first.command, true);
+      dv.setUint32(a + 36, first.size, true);
+      dv.setUint32(a + 40, first.flags, true);
+    }
+    dv.setUint32(a + 28, bytes, true);
+  }
+
+  /** The backlog (n requests) left the socket. */
+  backlogConsumed(n: number): void {
+    this.dv.setUint32(this.at + 28, 0, true);
+    this.dv.setUint32(this.at + 24, this.dv.getUint32(this.at + 24, true) + n, true);
+  }
+
   /** A new connection on this slot: forget the old one's head request. */
   reset(): void {
     this.dv.setUint32(this.at, SLOT_IDLE, true);
     this.dv.setUint32(this.at + 24, 0, true);
+    this.dv.setUint32(this.at + 28, 0, true);
   }
 
   read(): SlotView {
@@ -166,6 +200,8 @@ export class ConnJournal {
       flags: dv.getUint32(a + 12, true),
       seenAt: dv.getFloat64(a + 16, true),
       consumed: dv.getUint32(a + 24, true),
+      backlogBytes: dv.getUint32(a + 28, true),
+      backlogFirst: { msgId: dv.getUint16(a + 32, true), command: dv.getUint16(a + 34, true), size: dv.getUint32(a + 36, true), flags: dv.getUint32(a + 40, true) },
     };
   }
 

@@ -28,7 +28,8 @@ const PLAIN = 0x200;
 
 class Killed extends Error {}
 
-type Step = 'seen-after' | 'intent-before' | 'intent-after' | 'replied-before' | 'replied-after' | 'consumed-after';
+type Step = 'seen-after' | 'intent-before' | 'intent-after' | 'replied-before' | 'replied-after' | 'backlog-after'
+  | 'backlog-consumed-before' | 'consumed-after';
 
 /** A journal slot that "dies" at one step of the nth request it sees. */
 class DyingJournal {
@@ -65,6 +66,15 @@ class DyingJournal {
   }
   consumed(): void {
     this.j.consumed();
+  }
+  backlog(bytes: number, first: RequestId | null): void {
+    this.j.backlog(bytes, first);
+    this.at('backlog-after');
+  }
+  /** The batch has left the socket already when this is called. */
+  backlogConsumed(n: number): void {
+    this.at('backlog-consumed-before');
+    this.j.backlogConsumed(n);
     this.at('consumed-after');
   }
   reset(): void {
@@ -250,12 +260,43 @@ describe('journal: a request in flight when the server dies', () => {
     expect(r.gen2.ep.recovered.skipped).toBe(1);
   });
 
-  it('killed right after consuming it: nothing left for the successor', async () => {
-    const r = await killDuringWrite('consumed-after');
+  it('killed once it joined the replied backlog (still in the socket): dropped without a reply', async () => {
+    const r = await killDuringWrite('backlog-after');
     expect(r.outcome).toBe('ok');
     expect(r.counter).toBe(4);
     expect(r.unexpected).toEqual([]);
     expect(r.gen2.ep.recovered).toEqual({ handled: 0, skipped: 0, errored: 0, synthesized: 0 });
+  });
+
+  it('batches of replied requests: a kill with a backlog in the socket, or just after a batch left it, loses and repeats nothing', async () => {
+    // 40 writes of +1; the backlog is consumed every 32 requests (VERSION is the 1st).
+    for (const [step, nth] of [['backlog-after', 20], ['backlog-consumed-before', 32], ['consumed-after', 32], ['seen-after', 33], ['replied-after', 34]] as const) {
+      const w = await world();
+      const dying = new DyingJournal(w.journal.slot(0), step, nth);
+      const gen1 = serverGen(w, w.srv, { journal: dying, checkpointWrites: true });
+      await w.client.version();
+      w.caps = gen1.ep.client;
+      const outcomes: string[] = [];
+      let gen2: ReturnType<typeof serverGen> | null = null;
+      for (let i = 0; i < 40; i++) {
+        const write = w.client.write32(0, COUNTER, 1).then(() => 'ok', (e: unknown) => String(e));
+        if (dying.dead && gen2 === null) {
+          await sleep(20);
+          gen2 = await successor(w);
+        }
+        const first = await Promise.race([write, sleep(300).then(() => 'pending')]);
+        if (first === 'pending') {
+          expect(dying.dead, `${step}@${nth}: write ${i + 2} got no reply`).toBe(true);
+          gen2 ??= await successor(w);
+          outcomes.push(await write);
+        } else outcomes.push(first);
+      }
+      expect(dying.dead, `${step}@${nth}`).toBe(true);
+      expect(outcomes.every((o) => o === 'ok'), `${step}@${nth}: ${outcomes.join(',')}`).toBe(true);
+      expect(await w.client.read32(0, COUNTER), `${step}@${nth}`).toBe(40);
+      expect(w.client.unexpected, `${step}@${nth}`).toEqual([]);
+      w.client.close();
+    }
   });
 
   it('a read killed in its reply window gets a header-only error; one killed before handling is answered', async () => {
@@ -277,7 +318,7 @@ describe('journal: a request in flight when the server dies', () => {
   });
 
   it('posted writes (NO_REPLY) are applied exactly once whatever the step', async () => {
-    for (const step of ['seen-after', 'replied-after', 'consumed-after'] as const) {
+    for (const step of ['seen-after', 'replied-after', 'backlog-after'] as const) {
       const w = await world();
       const dying = new DyingJournal(w.journal.slot(0), step, 3);
       const gen1 = serverGen(w, w.srv, { journal: dying });
@@ -303,7 +344,9 @@ describe('journal: a request in flight when the server dies', () => {
     const late = w.client.write32(0, COUNTER, 100).then(() => 'ok', (e: VfioUserError) => `errno ${e.errno}`);
     await sleep(50);
     const now = Number(process.hrtime.bigint()) / 1e6;
-    const gen2 = await successor(w, { arrivals: [now - 6000] });
+    // The keeper samples every message queued at the head: the replied backlog the dead server
+    // left (VERSION and the first write) and then the late write.
+    const gen2 = await successor(w, { arrivals: [now - 6000, now - 6000, now - 6000] });
     expect(await late).toBe('errno 5');
     expect(await w.client.read32(0, COUNTER)).toBe(1);
     expect(gen2.ep.recovered.errored).toBe(1);
