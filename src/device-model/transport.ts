@@ -306,10 +306,12 @@ export class SocketTransport implements Transport {
     const n = native.recvmsg(this.fd, probe, this.fdsOut, true);
     for (let i = 1; i <= Math.max(0, this.fdsOut[0]!); i++) native.close(this.fdsOut[i]!); // peeked duplicates
     native.setPeekOffset(this.fd, 0);
-    if (n < 16 || !first) return;
     const dv = new DataView(probe.buffer);
-    const at = { msgId: dv.getUint16(0, true), command: dv.getUint16(2, true), size: dv.getUint32(4, true), flags: dv.getUint32(8, true) };
-    if (at.msgId !== first.msgId || at.command !== first.command || at.size !== first.size || at.flags !== first.flags) return;
+    const at = n < 16 ? null : { msgId: dv.getUint16(0, true), command: dv.getUint16(2, true), size: dv.getUint32(4, true), flags: dv.getUint32(8, true) };
+    if (!at || !first || at.msgId !== first.msgId || at.command !== first.command || at.size !== first.size || at.flags !== first.flags) {
+      this.journal!.backlogConsumed(0); // it had left the socket
+      return;
+    }
     const headers = { count: 0, at: 0 };
     if (!this.drop(a.slot.backlogBytes!, headers)) return;
     this.journal!.backlogConsumed(headers.count);
