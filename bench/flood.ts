@@ -33,7 +33,6 @@
 //                       [--compile-nice N]   (diagnostic: renice the server's compile lane from 19 to N)
 //   node bench/flood.ts --replot [--out flood]   (the plot again from the JSON)
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -41,7 +40,7 @@ import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
 import { startServer, type ServerProcess } from '../src/vm/server-process.ts';
-import { environment, median, type Environment, resultsDir, textTable, writeResult } from './lib/common.ts';
+import { environment, median, type Environment, resultsDir, textTable, writeResult, freePort } from './lib/common.ts';
 
 const PROGRAMS = '/opt/vugpu/programs.sh';
 const HOSTILE = '/opt/vugpu/hostile.sh';
@@ -197,17 +196,6 @@ function hostTicks(): { busy: number; total: number } {
   const f = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
   const idle = (f[3] ?? 0) + (f[4] ?? 0);
   return { busy: f.slice(0, 8).reduce((a, b) => a + b, 0) - idle, total: f.slice(0, 8).reduce((a, b) => a + b, 0) };
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 interface Lat { windows: number; p50Us: number; meanUs: number; p99Us: number }

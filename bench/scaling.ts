@@ -20,7 +20,6 @@
 //   node bench/scaling.ts [--vms 1,2,4,8] [--seconds 20] [--warmup 5] [--kernel-ms 20] [--policy band]
 //                         [--no-suite] [--no-saturate] [--soak-min 10] [--soak-sample-s 5] [--out scaling]
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -32,7 +31,7 @@ import { toBenchRecord, BENCHMARKS } from '../src/demo/records.ts';
 import { extendInitramfs } from './lib/initramfs.ts';
 import { cpuInterval } from './lib/cpu.ts';
 import {
-  environment, mdTable, median, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell, type Environment,
+  environment, freePort, mdTable, median, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell, type Environment,
 } from './lib/common.ts';
 
 const SUITE = '/opt/vugpu/bench-suite.sh';
@@ -53,17 +52,6 @@ done
 `;
 
 interface VmMetric { vm: string; deviceNs: number; dispatches: number; faults: number; channelErrors: number }
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 async function metrics(port: number): Promise<VmMetric[]> {
   const res = await fetch(`http://127.0.0.1:${port}/metrics.json`);

@@ -1,6 +1,7 @@
 // Helpers shared by the guest benchmarks (bench/fairness.ts, bench/counts.ts): where results go,
 // the environment record, order statistics and table rendering (plain text and Markdown).
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -98,4 +99,16 @@ export function replaceSection(file: string, name: string, body: string): void {
   const block = `${begin}\n${body.trim()}\n${end}`;
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, re.test(text) ? text.replace(re, () => block) : `${text.trimEnd()}\n\n${block}\n`);
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (for a server's metrics listener). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
 }
