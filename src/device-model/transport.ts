@@ -45,7 +45,6 @@ export interface RequestJournal {
   seen(msgId: number, command: number, size: number, flags: number, seenAt: number): void;
   intent(): void;
   replied(): void;
-  consumed(): void;
   /** Replied requests left in the socket (bytes), and the first of them when it starts one. */
   backlog(bytes: number, first: { msgId: number; command: number; size: number; flags: number } | null): void;
   /** The backlog (n requests) left the socket. */

@@ -155,12 +155,6 @@ export class ConnJournal {
     this.dv.setUint32(this.at, SLOT_REPLIED, true);
   }
 
-  /** The request left the socket. */
-  consumed(): void {
-    this.dv.setUint32(this.at, SLOT_IDLE, true);
-    this.dv.setUint32(this.at + 24, this.dv.getUint32(this.at + 24, true) + 1, true);
-  }
-
   /** The replied request this slot is on stays in the socket, in the backlog, which now holds
    * `bytes` (the first of them recorded before the count: a kill between the stores leaves a
    * smaller backlog, whose last request the slot still shows as replied). */

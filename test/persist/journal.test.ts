@@ -64,9 +64,6 @@ class DyingJournal {
     this.j.replied();
     this.at('replied-after');
   }
-  consumed(): void {
-    this.j.consumed();
-  }
   backlog(bytes: number, first: RequestId | null): void {
     this.j.backlog(bytes, first);
     this.at('backlog-after');
