@@ -86,15 +86,9 @@ export function deviceFdNames(raw: unknown): string[] {
  * then owns) and the interrupt state (adopted eventfds). Nothing is signalled.
  */
 export function restoreDevice(dev: PciDevice, raw: unknown, fds: AdoptedFds): void {
-  const s = section<DeviceState>('device', raw, DEVICE_STATE_VERSION);
-  need(s.name === dev.name, `device state is for ${String(s.name)}, not ${dev.name}`);
+  const s = checkDevice(dev, raw);
   const config = new Uint8Array(dev.config.size);
   fromBase64(s.config, config, `device ${dev.name} config`);
-  need(s.dma && Array.isArray(s.dma.maps) && isNum(s.dma.nextFileId), `device ${dev.name}: dma`);
-  for (const m of s.dma.maps) {
-    need(m && isNum(m.addr) && isNum(m.size) && isNum(m.offset) && isNum(m.file) &&
-      typeof m.readable === 'boolean' && typeof m.writable === 'boolean', `device ${dev.name}: a DMA map record is malformed`);
-  }
   const irq = s.irq;
   need(irq && Array.isArray(irq.eventfds) && Array.isArray(irq.masked) && Array.isArray(irq.stats), `device ${dev.name}: irq`);
   const counts = dev.irq.counts;
@@ -130,17 +124,21 @@ export function restoreDevice(dev: PciDevice, raw: unknown, fds: AdoptedFds): vo
  * whose record did not change. Returns the fd names the DMA table owns from now on.
  */
 export function preloadDeviceDma(dev: PciDevice, raw: unknown, fds: AdoptedFds): string[] {
+  const s = checkDevice(dev, raw);
+  dev.dma.reload(s.dma, (id) => adoptedFd(fds, dmaFdName(dev.name, id)));
+  return [...new Set(s.dma.maps.filter((m) => m.file !== 0).map((m) => m.file))].map((id) => dmaFdName(dev.name, id));
+}
+
+/** A device state for `dev`: its section, name and DMA records checked. */
+function checkDevice(dev: PciDevice, raw: unknown): DeviceState {
   const s = section<DeviceState>('device', raw, DEVICE_STATE_VERSION);
   need(s.name === dev.name, `device state is for ${String(s.name)}, not ${dev.name}`);
   need(s.dma && Array.isArray(s.dma.maps) && isNum(s.dma.nextFileId), `device ${dev.name}: dma`);
-  const ids = new Set<number>();
   for (const m of s.dma.maps) {
     need(m && isNum(m.addr) && isNum(m.size) && isNum(m.offset) && isNum(m.file) &&
       typeof m.readable === 'boolean' && typeof m.writable === 'boolean', `device ${dev.name}: a DMA map record is malformed`);
-    if (m.file !== 0) ids.add(m.file);
   }
-  dev.dma.reload(s.dma, (id) => adoptedFd(fds, dmaFdName(dev.name, id)));
-  return [...ids].map((id) => dmaFdName(dev.name, id));
+  return s;
 }
 
 export interface EndpointState {
