@@ -73,6 +73,9 @@ export interface VulkanDeviceInfo {
   nullDescriptor: boolean;    // zero-length bindings allowed
   cancelWordDeviceLocal: boolean;
   memory: 'import' | 'device'; // zero-copy host imports, or device-local copies per launch
+  /** New pipelines are dispatched once on a private device before their first launch, so a CPU
+   * device's JIT (lavapipe) stays off the shared queue (native/src/vulkan/program.cc). */
+  warmUp: boolean;
   transferQueues: number;     // dedicated copy queues (0: copies on the compute queue)
   maxStorageRange: number;
 }
@@ -123,7 +126,7 @@ export interface VulkanAddon {
    * device-memory path's copies, streamed panels, device losses and rebuilds. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; generation: number; computeNs: number;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; generation: number; computeNs: number;
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;

@@ -173,7 +173,10 @@ export class Vugpu {
       });
       this.metricsServer.catch((err: unknown) => logger.error({ err }, 'metrics server failed to start'));
     }
-    logger.info({ vms: opts.vms.map((v) => `${v.name}:${v.mode}`) }, 'vugpu serving');
+    logger.info({
+      vms: opts.vms.map((v) => `${v.name}:${v.mode}`), engine: opts.engine ?? 'auto', programDevice: this.programs?.device ?? 'none',
+      ...(this.programs instanceof VulkanBackend ? { programWarmUp: this.programs.deviceInfo.warmUp } : {}),
+    }, 'vugpu serving');
   }
 
   /** Stop serving metrics now (a live upgrade hands the port over to its successor). */

@@ -181,6 +181,38 @@ describe.skipIf(devices.length === 0)('Vulkan program backend', () => {
     expect(native.programInfo(slot)).toBeNull();
   });
 
+  it('dispatches each new pipeline once on a private warm-up device first (CPU devices), and only then launches it', async () => {
+    // lavapipe JITs a pipeline at its first dispatch, on the one queue every VM shares: the
+    // compile lane does that first dispatch on a device of its own (program.cc, WarmUp).
+    const cacheOff = /^(1|true|yes)$/i.test(process.env.MESA_SHADER_CACHE_DISABLE ?? '');
+    expect(info.warmUp).toBe(info.type === 'cpu' && !cacheOff && process.env.VUGPU_VK_WARMUP !== '0');
+    const seed = (Date.now() & 0xffff) * 0x10000; // a shader Mesa's disk cache has not seen
+    const src = (k: number) => `#version 450
+layout(local_size_x = 32) in;
+layout(set = 0, binding = 0) buffer O { uint o[]; };
+void main() { o[gl_GlobalInvocationID.x] = gl_GlobalInvocationID.x * 7u + ${k}u; }`;
+    const off = 24576;
+    for (const [k, warm] of [[seed + 1, true], [seed + 2, false]] as const) {
+      if (!warm) process.env.VUGPU_VK_WARMUP = '0';
+      try {
+        const before = native.vulkanStats().warmUps;
+        const slot = await compileOk(glsl(`warm${k}`, src(k)));
+        expect(native.vulkanStats().warmUps - before).toBe(warm && info.warmUp ? 1 : 0);
+        for (let rep = 0; rep < 2; rep++) {
+          u32(off, 64).fill(0);
+          const c = await completion(dispatch(slot, [[off, 256]], [2, 1, 1]));
+          expect(c.status).toBe(0);
+          expect([...u32(off, 64)]).toEqual(Array.from({ length: 64 }, (_, i) => (i * 7 + k) >>> 0));
+        }
+        // Launches never warm up again: only compiles do.
+        expect(native.vulkanStats().warmUps - before).toBe(warm && info.warmUp ? 1 : 0);
+        native.programRelease(slot);
+      } finally {
+        delete process.env.VUGPU_VK_WARMUP;
+      }
+    }
+  });
+
   it('passes push constants of several types', async () => {
     const slot = await compileOk(glsl('push', `#version 450
 layout(local_size_x = 16) in;

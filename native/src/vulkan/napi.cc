@@ -74,6 +74,7 @@ Napi::Object InfoObject(Napi::Env env, const vk::DeviceInfo& di) {
   o.Set("nullDescriptor", di.nullDescriptor);
   o.Set("cancelWordDeviceLocal", di.cancelWordDeviceLocal);
   o.Set("memory", di.memoryMode);
+  o.Set("warmUp", vk::WarmUpActive(di));
   o.Set("transferQueues", di.transferQueues);
   o.Set("maxStorageRange", double(di.maxStorageRange));
   return o;
@@ -152,6 +153,7 @@ Napi::Value VulkanClose(const Napi::CallbackInfo& info) {
   // Destroyed here unless a job still holds them (then on the pool thread that ends last).
   progs.clear();
   old.reset();
+  vk::DropWarmUp();
   return info.Env().Undefined();
 }
 
@@ -491,6 +493,7 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("panels", double(s.panels.load()));
   o.Set("losses", double(s.losses.load()));
   o.Set("rebuilds", double(s.rebuilds.load()));
+  o.Set("warmUps", double(s.warmUps.load()));
   o.Set("computeNs", double(s.computeNs.load()));
   std::shared_ptr<Context> c = Ctx();
   o.Set("generation", double(c ? c->generation : 0));

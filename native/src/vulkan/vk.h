@@ -270,6 +270,7 @@ struct ImportStats {
   std::atomic<uint64_t> uploadBytes{0}, downloadBytes{0}, bounceBytes{0}, panels{0};
   std::atomic<uint64_t> zeroedBytes{0};  // overwritten bindings zero-filled on the device, not uploaded
   std::atomic<uint64_t> rebuilds{0}, losses{0};
+  std::atomic<uint64_t> warmUps{0};  // new pipelines dispatched once on the warm-up device (CPU devices)
   std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
 };
 
@@ -289,6 +290,11 @@ void FreeCaches(Context& c);
 VkResult PrepareStagingLane(Context& c, Lane* l, size_t panels);
 VkResult CreateBufferRaw(Context& c, uint64_t size, VkBufferUsageFlags usage, bool concurrent, VkBuffer* out);
 ImportStats& GetImportStats();
+// Closes the warm-up device (program.cc) when the serving device closes.
+void DropWarmUp();
+// Whether new pipelines are warmed up on a private device before their first launch (CPU
+// devices with Mesa's shader cache on; program.cc).
+bool WarmUpActive(const DeviceInfo& di);
 
 const char* ResultName(VkResult r);
 
