@@ -8,14 +8,16 @@
 //   - vector add and SGEMM as programs vs the built-ins FMADD and FMMUL on the same inputs;
 //   - the loop rewrite's cost on SGEMM (bench/rewrite-cost.ts: the guest SGEMM sample and the
 //     built-in FMMUL run raw and as the engine rewrites them, one Vulkan path); goal ≤ 3 %;
-//   - first launch of a new module (validate, rewrite, driver compile) vs a cache hit. Mesa's
-//     on-disk shader cache is off for this process (MESA_SHADER_CACHE_DISABLE, unless set): a
-//     module made new by its header's generator word is the same shader to the driver, whose
-//     disk cache would turn the "new" module's compile into a disk read (NOP: 3 ms instead of
-//     16 ms, measured).
+//   - first launch of a new module (validate, rewrite, driver compile, and on a CPU device the
+//     warm-up dispatch) vs a cache hit. Mesa's on-disk shader cache is a fresh directory of this
+//     run (MESA_SHADER_CACHE_DIR, unless set): on lavapipe it carries each new pipeline's machine
+//     code from the warm-up device to the serving one. Modules are new to the driver by a
+//     constant (a store of a NOP-sized shader; a never-taken branch of SGEMM): one made new only
+//     by its header's generator word would be the same shader to Mesa, a disk-cache read.
 // Writes bench/results/programs.json and programs.svg.
 //   node bench/programs.ts   env: VUGPU_BENCH_NOPS (600), VUGPU_BENCH_VEC (1048576), VUGPU_BENCH_SGEMM (256),
 //                            VUGPU_BENCH_REWRITE_ROUNDS (15)
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -42,6 +44,44 @@ function spv(rel: string): Uint8Array {
   const p = path.join(repoRoot, 'build/spirv', rel);
   if (!fs.existsSync(p)) throw new Error(`${p} is missing: run scripts/build-spirv.sh`);
   return new Uint8Array(fs.readFileSync(p));
+}
+
+/** Per run: constants no earlier run (or Mesa's disk cache) has seen. */
+const runSeed = (process.pid * 0x9e37 + Date.now()) & 0x7fff0000;
+
+/** A NOP-sized shader (one store) whose stored constant makes it a new shader: k → module. */
+function markerModules(): (k: number) => Uint8Array {
+  const words = glslWords('marker', `#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer O { uint o[]; };
+void main() { o[0] = 0x5EED1234u; }`);
+  const at = words.indexOf(0x5eed1234);
+  if (at < 0) throw new Error('marker constant not found in the module');
+  return (k) => {
+    const w = Uint32Array.from(words);
+    w[at] = k >>> 0;
+    return new Uint8Array(w.buffer);
+  };
+}
+
+/** The guest SGEMM sample with a never-taken branch on a constant (M is never k): new shaders,
+ * the same work. Compiled per k with glslangValidator. */
+function sgemmModules(): (k: number) => Uint8Array {
+  const src = fs.readFileSync(path.join(repoRoot, 'guest/programs/sgemm.comp'), 'utf8');
+  const end = src.lastIndexOf('}');
+  return (k) => new Uint8Array(glslWords(`sgemm-${k}`, `${src.slice(0, end)}  if (pc.M == ${k >>> 0}u) c[0] = 1.0;\n}\n`).buffer);
+}
+
+function glslWords(name: string, source: string): Uint32Array {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-bench-glsl-'));
+  try {
+    fs.writeFileSync(path.join(dir, `${name}.comp`), source);
+    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 'out.spv'), path.join(dir, `${name}.comp`)], { stdio: 'pipe' });
+    const b = fs.readFileSync(path.join(dir, 'out.spv'));
+    return new Uint32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 function u32s(...v: number[]): Uint8Array {
@@ -89,7 +129,9 @@ async function best(body: () => Promise<unknown>): Promise<number> {
 
 async function main(): Promise<void> {
   // Before the device opens (Mesa reads it then): see firstLaunch above.
-  process.env.MESA_SHADER_CACHE_DISABLE ??= 'true';
+  const ownCache = !process.env.MESA_SHADER_CACHE_DIR && !process.env.MESA_SHADER_CACHE_DISABLE;
+  if (ownCache) process.env.MESA_SHADER_CACHE_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-bench-mesa-'));
+  process.on('exit', () => { if (ownCache) fs.rmSync(process.env.MESA_SHADER_CACHE_DIR!, { recursive: true, force: true }); });
   const backend = VulkanBackend.open(process.env.VUGPU_VULKAN_DEVICE);
   const device = backend.device;
   console.log(`program device: ${device}`);
@@ -97,7 +139,8 @@ async function main(): Promise<void> {
   const result: Record<string, unknown> = {
     date: new Date().toISOString(), device, driver: backend.driver, limits: backend.limits,
     host: { cpu: os.cpus()[0]?.model, cpus: os.cpus().length, loadAvgAtStart: os.loadavg() },
-    mesaShaderCacheDisabled: process.env.MESA_SHADER_CACHE_DISABLE,
+    mesaShaderCache: process.env.MESA_SHADER_CACHE_DISABLE ? `disabled (${process.env.MESA_SHADER_CACHE_DISABLE})` : ownCache ? 'fresh directory of this run' : process.env.MESA_SHADER_CACHE_DIR,
+    warmUp: backend.deviceInfo.warmUp,
   };
 
   // ---- NOP latency per mode ----
@@ -183,19 +226,21 @@ async function main(): Promise<void> {
       goal: 1.03, loopLimit: backend.limits.loopLimit, cases,
     };
 
-    // ---- first launch of a new module (validate, rewrite, driver compile) vs a cache hit: the
-    // NOP program and the SGEMM module, each made new by its header's generator word (the
-    // driver's disk cache is off: see the top) ----
-    const firstLaunch: Record<string, unknown> = {};
-    for (const [name, bytes, run] of [
-      ['nop', nopSpv, (p: ProgramModule) => ch.launchProgram(p, { buffers: [] })],
-      ['sgemm', sgemm, launch],
+    // ---- first launch of a new module (validate, rewrite, driver compile, warm-up) vs a cache
+    // hit: a NOP-sized module and the SGEMM sample, each new to the driver (see the top) ----
+    const firstLaunch: Record<string, unknown> = {
+      what: 'nop: a one-store shader made new by its constant; sgemm: the guest sample made new by a never-taken branch on a constant',
+    };
+    const marker = markerModules();
+    const sgemmNew = sgemmModules();
+    const scratch = drv.vramBuffer(vm, 4096);
+    for (const [name, make, run] of [
+      ['nop', marker, (p: ProgramModule) => ch.launchProgram(p, { buffers: [{ va: scratch.va, length: 4096 }] })],
+      ['sgemm', sgemmNew, launch],
     ] as const) {
       const first: number[] = [], hit: number[] = [], extra: number[] = [];
       for (let i = 0; i < 8; i++) {
-        const w = new Uint8Array(bytes);
-        new DataView(w.buffer).setUint32(8, 0x7fff0000 + i, true); // new bytes, same program
-        const p = drv.programBuffer(vm, w);
+        const p = drv.programBuffer(vm, make(runSeed + 0x100 + i)); // new to the driver
         let t0 = now();
         await run(p);
         const f = Number(now() - t0) / 1e6;
@@ -236,7 +281,7 @@ async function main(): Promise<void> {
     ['sgemm ms', fmt((result.sgemm as { programMs: number }).programMs), fmt((result.sgemm as { builtinMs: number }).builtinMs), ''],
     ...((result.rewrite as { cases: RewriteCase[] }).cases.map((c) => [`${c.module} ${c.n}³ ms, rewritten/raw`, fmt(c.rewrittenMs), fmt(c.rawMs), `${c.ratio.toFixed(3)}× (best/best ${c.ratioBest.toFixed(3)}×; early load ${c.earlyLoadRatio.toFixed(3)}×)`])),
     ...Object.entries(result.firstLaunch as Record<string, { newModuleMs: number; cacheHitMs: number; compileMs: number }>)
-      .map(([k, v]) => [`${k}: first launch / hit ms`, fmt(v.newModuleMs), fmt(v.cacheHitMs), `+${fmt(v.compileMs)} ms`]),
+      .filter(([, v]) => typeof v === 'object').map(([k, v]) => [`${k}: first launch / hit ms`, fmt(v.newModuleMs), fmt(v.cacheHitMs), `+${fmt(v.compileMs)} ms`]),
   ]));
   console.log(`wrote ${file}`);
 }
@@ -323,19 +368,14 @@ async function floodLatency(backend: VulkanBackend, nopSpv: Uint8Array): Promise
   const attacker = guest(h.agg, { name: 'attacker', mode: 'fv', slice: 64 << 20 });
   const prog = canary.drv.programBuffer(canary.gvm, nopSpv);
   await canary.ch.launchProgram(prog, { buffers: [] });
-  const vecadd = spv('guest/programs/vecadd.spv');
+  const marker = markerModules();
   let flooding = false;
   let modules = 0;
   const flood = async (): Promise<void> => {
     while (flooding) {
-      const w = new Uint8Array(vecadd);
-      new DataView(w.buffer).setUint32(8, 0x10000 + modules++, true); // a new module every time
-      const m = attacker.drv.programBuffer(attacker.gvm, w);
+      const m = attacker.drv.programBuffer(attacker.gvm, marker(runSeed + modules++)); // new to the driver too
       const buf = attacker.drv.vramBuffer(attacker.gvm, 4096);
-      await attacker.ch.launchProgram(m, {
-        grid: [1, 1, 1], push: u32s(0),
-        buffers: [{ va: buf.va, length: 4096, readOnly: true }, { va: buf.va, length: 4096, readOnly: true }, { va: buf.va, length: 4096 }],
-      }).catch(() => {});
+      await attacker.ch.launchProgram(m, { grid: [1, 1, 1], buffers: [{ va: buf.va, length: 4096 }] }).catch(() => {});
       attacker.drv.freeVram(m.buffer.addr, m.buffer.size);
       attacker.drv.freeVram(buf.addr, buf.size);
     }
