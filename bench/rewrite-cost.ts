@@ -40,6 +40,9 @@ export interface RewriteCase {
   /** The engine's rewrite with the cancel word loaded in the loop header (program.h
    * cancelLoadEarly, a benchmark switch): is hiding the load's latency worth making the default? */
   earlyLoadRatio: number;
+  /** The loop rewrite without the index clamps, and the clamps alone (program.h benchParts). */
+  noClampRatio: number;
+  clampOnlyRatio: number;
   words: { raw: number; rewritten: number };
   /** Largest |rewritten − raw| / (1 + |raw|) over C (every variant). */
   maxRelDiff: number;
@@ -72,26 +75,27 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
     const pp = native.programPrepare(raw, 0, new Uint32Array(0), limits);
     if (pp.reason !== 0 || !pp.words || !pp.entry) throw new Error(`${c.rel}: refused (${pp.reason}): ${pp.message}`);
     const entry = pp.entry.name;
-    const variant = (l: Partial<ProgramLimits> & { cancelLoadEarly?: number }): { words: Uint32Array; entry: string } => {
+    const variant = (l: Partial<ProgramLimits> & { cancelLoadEarly?: number; benchParts?: number }): { words: Uint32Array; entry: string } => {
       const v = native.programPrepare(raw, 0, new Uint32Array(0), { ...limits, ...l });
       if (v.reason !== 0 || !v.words) throw new Error(`${c.rel}: refused (${JSON.stringify(l)}): ${v.message}`);
-      return { words: v.words, entry };
+      return { words: v.words, entry: l.benchParts && l.benchParts & 2 ? 'main' : entry };
     };
-    // [1] the engine's, [2] with the early load, [3] cancel checks only (devices that cut loops)
-    const variants = [{ words: pp.words, entry }, variant({ cancelLoadEarly: 1 })];
+    // [1] the engine's, [2] with the early load, [3] without the index clamps, [4] the clamps
+    // alone (no loop rewrite), [5] cancel checks only (devices that cut loops)
+    const variants = [{ words: pp.words, entry }, variant({ cancelLoadEarly: 1 }), variant({ benchParts: 1 }), variant({ benchParts: 2 })];
     if (limits.loopLimit > 0) variants.push(variant({ loopLimit: 0 }));
     const job = { buffers: [a, b, new Float32Array(n * n)], writable: [false, false, true], push: c.push, grid: c.grid };
     // Results: each module alone, compared with the raw one's.
-    const result = (words: Uint32Array, control: boolean): Float32Array => {
+    const result = (words: Uint32Array, control: boolean, name = entry): Float32Array => {
       const dst = new Float32Array(n * n);
-      const r = native.vulkanDirectRun({ ...job, buffers: [a, b, dst], words, control, entry: control ? entry : 'main', reps: 1 });
+      const r = native.vulkanDirectRun({ ...job, buffers: [a, b, dst], words, control, entry: control ? name : 'main', reps: 1 });
       if (r.status !== 0) throw new Error(`${c.rel}: the rewritten module reported status ${r.status}`);
       return dst;
     };
     const ref = result(raw, false);
     let maxRelDiff = 0;
     for (const [k, v] of variants.entries()) {
-      const got = result(v.words, true);
+      const got = result(v.words, true, v.entry);
       for (let i = 0; i < n * n; i++) {
         const d = Math.abs(got[i]! - ref[i]!) / (1 + Math.abs(ref[i]!));
         if (!(d <= 1e-3)) throw new Error(`${c.rel}: variant ${k} differs from the raw module at ${i}: ${got[i]} vs ${ref[i]}`);
@@ -99,6 +103,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       }
     }
     const per: number[] = [], perWall: number[] = [], perEarly: number[] = [], perCancel: number[] = [], rawT: number[] = [], prepT: number[] = [];
+    const perNoClamp: number[] = [], perClampOnly: number[] = [];
     let ts = true;
     for (let r = 0; r < rounds; r++) {
       const res = native.vulkanDirectRun({ ...job, words: raw, control: true, entry: 'main', variants, reps: reps + 1 });
@@ -111,7 +116,9 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       per.push(k[1]! / k[0]!);
       perWall.push(w[1]! / w[0]!);
       perEarly.push(k[2]! / k[0]!);
-      if (k.length > 3) perCancel.push(k[3]! / k[0]!);
+      perNoClamp.push(k[3]! / k[0]!);
+      perClampOnly.push(k[4]! / k[0]!);
+      if (k.length > 5) perCancel.push(k[5]! / k[0]!);
       rawT.push(k[0]!);
       prepT.push(k[1]!);
     }
@@ -119,6 +126,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       module: c.module, n, rounds, ratio: median(per), ratioQuartiles: [quantile(per, 0.25), quantile(per, 0.75)], ratioBest: min(prepT) / min(rawT), ratioWall: median(perWall), rawMs: median(rawT) / 1e6, rewrittenMs: median(prepT) / 1e6,
       perRound: per.map((x) => Math.round(x * 10000) / 10000),
       earlyLoadRatio: median(perEarly),
+      noClampRatio: median(perNoClamp), clampOnlyRatio: median(perClampOnly),
       ...(perCancel.length ? { cancelOnlyRatio: median(perCancel) } : {}),
       words: { raw: raw.length, rewritten: pp.words.length }, maxRelDiff, clock: ts ? 'timestamps' : 'wall',
     });

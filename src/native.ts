@@ -291,6 +291,8 @@ export interface SpirvLimits {
   features: number; loopLimit: number; subgroupSize: number;
   /** Benchmark switch (program.h): the cancel word's load in the loop header; the engine never sets it. */
   cancelLoadEarly?: number;
+  /** Benchmark switch (program.h): bit 0 leaves out the index clamps, bit 1 the loop rewrite. */
+  benchParts?: number;
 }
 
 export interface SpirvPrepared {

@@ -37,6 +37,9 @@ struct Limits {
   // start of each iteration, in the loop header, and test it at the back-edge, so a GPU's L2
   // round trip overlaps the body instead of stalling the branch. Stops within one more iteration.
   uint32_t cancelLoadEarly = 0;
+  // Benchmark switch (bench/rewrite-cost.ts; the engine leaves it 0), to tell the rewrite's costs
+  // apart: bit 0 leaves out the buffer index clamps, bit 1 the loop rewrite (clamps only).
+  uint32_t benchParts = 0;
   uint32_t subgroupSize = 8;
 };
 

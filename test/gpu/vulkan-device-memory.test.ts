@@ -304,7 +304,7 @@ describe('device-memory path (forced on the test device)', () => {
   it('a declared binding the kernel leaves partly unwritten comes back as zeros, never a pooled buffer\'s stale bytes', async () => {
     // The staging pool hands the second launch the buffer the first one filled with 0xabababab
     // (the smallest idle one that fits: a size no other test uses). The kernel writes word 0 only.
-    // One command buffer, then two streamed panels (fills on the compute queue per panel).
+    // One command buffer, then two streamed panels (every fill before the first panel's dispatch).
     const bytes = (3 << 20) + 4096;
     const slot = await compileSlot(glslWords(PARTIAL_WRITER));
     for (const panels of [1, 2]) {

@@ -38,8 +38,10 @@ Prepared PrepareImpl(const uint32_t* input, size_t count, uint32_t entryIndex, c
   Analysis a;
   if (Failure f = analyze(m, ops, entryIndex, spec, nspec, lim, &a); f.failed()) return Refuse(f);
   Prepared p;
-  if (Failure f = rewrite(m, ops, a, lim, &p.words, &p.uncheckedLoops); f.failed()) return Refuse(f);
-  if (Failure f = clampBufferIndices(&p.words); f.failed()) return Refuse(f);
+  if (lim.benchParts & 2) p.words = words;
+  else if (Failure f = rewrite(m, ops, a, lim, &p.words, &p.uncheckedLoops); f.failed()) return Refuse(f);
+  if (!(lim.benchParts & 1))
+    if (Failure f = clampBufferIndices(&p.words); f.failed()) return Refuse(f);
   if (std::string v = validate(p.words.data(), p.words.size()); !v.empty())
     return Refuse({R_LOOP_FORM, "rewritten module failed validation (device bug): " + v});
   p.entry = std::move(a.entry);

@@ -838,6 +838,11 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     // download p-1 run beside compute p.
     std::vector<VkBufferCopy> reg, fills;
     std::vector<std::pair<VkBuffer, VkBufferCopy>> panelFills;
+    // The zero fills of every panel go before the first panel's dispatch: a fill and its barrier
+    // before each panel would make the GPU drain between panels (the last wave of one panel no
+    // longer overlapping the first of the next). VUGPU_VK_FILL_EACH_PANEL=1: fill per panel
+    // (measurement).
+    const bool fillEach = EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
     for (uint32_t p = 0; p < panels; p++) {
       const uint32_t y0 = p * rowsPer, y1 = std::min(R.in.grid[1], y0 + rowsPer);
       VkCommandBuffer u = lane->upCmd[p], k = lane->compCmd[p], d = lane->downCmd[p];
@@ -851,7 +856,15 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
         PanelRegions(R, g, p, panels, rowsPer, false, &reg, &fills);
         if (!reg.empty()) f.vkCmdCopyBuffer(u, host, g.dev.buf, uint32_t(reg.size()), reg.data());
         for (auto& x : reg) up += x.size;
-        for (auto& x : fills) panelFills.emplace_back(g.dev.buf, x), zeroed += x.size;
+        if (fillEach) {
+          for (auto& x : fills) panelFills.emplace_back(g.dev.buf, x), zeroed += x.size;
+        } else if (p == 0) {
+          for (uint32_t q = 0; q < panels; q++) {
+            std::vector<VkBufferCopy> qr, qf;
+            PanelRegions(R, g, q, panels, rowsPer, false, &qr, &qf);
+            for (auto& x : qf) panelFills.emplace_back(g.dev.buf, x), zeroed += x.size;
+          }
+        }
         reg.clear();
         PanelRegions(R, g, p, panels, rowsPer, true, &reg);
         if (!reg.empty()) f.vkCmdCopyBuffer(d, g.dev.buf, host, uint32_t(reg.size()), reg.data());
@@ -859,8 +872,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       }
       if (p == panels - 1) CopyBarrierToHost(f, d, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
       f.vkBeginCommandBuffer(k, &bi);
-      // Fills on the compute queue, just before the panel's dispatch: a GPU clears at its memory
-      // bandwidth there, and they stay off the copy queues that carry the uploads.
+      // Fills on the compute queue, before the (first) panel's dispatch: a GPU clears at its
+      // memory bandwidth there, and they stay off the copy queues that carry the uploads.
       for (auto& [buf, x] : panelFills) f.vkCmdFillBuffer(k, buf, x.dstOffset, x.size, 0);
       if (!panelFills.empty()) {
         VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
