@@ -239,11 +239,13 @@ export async function main(argv: string[]): Promise<void> {
         if (saved === undefined) delete process.env.VUGPU_VK_PANEL_WORKGROUPS;
         else process.env.VUGPU_VK_PANEL_WORKGROUPS = saved;
         (row[where] as Record<string, unknown>).panelSweepBestMs = sweep;
-        // Where C's zero fills go (program.cc): all before the first panel (default), before each
-        // panel (a barrier per panel: the GPU drains between panels), or none (C uploaded).
-        // Interleaved rounds; best wall and its dispatch span (timestamps, first to last panel).
+        // The streaming choices (program.cc), each env switch set to 1: the default (B streamed
+        // by rows of k under the first panel's k slices; every zero fill before the first
+        // panel), B whole before the first panel (VUGPU_VK_K_SLICES=1), a zero fill and its
+        // barrier before each panel, C uploaded instead of zero-filled. Interleaved rounds; best
+        // wall and its dispatch span (timestamps, first to last panel).
         const fills: Record<string, { bestMs: number; kernelMs: number }> = {};
-        const variants = [['fillsUpFront', null], ['fillEachPanel', 'VUGPU_VK_FILL_EACH_PANEL'], ['uploadC', 'VUGPU_VK_UPLOAD_ALL']] as const;
+        const variants = [['default', null], ['noKSlices', 'VUGPU_VK_K_SLICES'], ['fillEachPanel', 'VUGPU_VK_FILL_EACH_PANEL'], ['uploadC', 'VUGPU_VK_UPLOAD_ALL']] as const;
         for (let round = 0; round < 3; round++) {
           for (const [name, env] of variants) {
             if (env) process.env[env] = '1';
@@ -259,7 +261,7 @@ export async function main(argv: string[]): Promise<void> {
           }
         }
         for (const [name, v] of Object.entries(fills)) console.log(`  ${name}: ${v.bestMs.toFixed(2)} ms best, dispatch span ${v.kernelMs.toFixed(2)} ms`);
-        (row[where] as Record<string, unknown>).fillSweep = fills;
+        (row[where] as Record<string, unknown>).streamSweep = fills;
       }
       // Small launches: copies on the compute queue in one command buffer (default up to 32 MiB)
       // against the copy queues with semaphores.

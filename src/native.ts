@@ -98,6 +98,14 @@ export interface DispatchJob {
   builtin?: boolean;          // a built-in kernel: bindings up to the device's maxStorageBufferRange
   panelRowBytes?: number[];   // built-ins: bytes of binding i per workgroup row (0 = whole), streamable
   overwrites?: number[];      // built-ins only (else TypeError): bindings the dispatch writes every byte of
+  kStream?: KStream;          // built-ins only (else TypeError): a GEMM operand streamed by rows of k
+}
+
+/** A built-in GEMM's operand read by rows of k (vk.h DispatchInput::KStream): the dispatch sums k
+ * over [u32 at k0Offset, u32 at k1Offset) of its params and adds into its output when the u32 at
+ * accumulateOffset is nonzero, so the device-memory path may run its first panel in slices of k. */
+export interface KStream {
+  binding: number; rowBytes: number; k0Offset: number; k1Offset: number; accumulateOffset: number;
 }
 
 export interface ProgramInfo {
@@ -126,7 +134,7 @@ export interface VulkanAddon {
    * device-memory path's copies, streamed panels, device losses and rebuilds. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; generation: number; computeNs: number;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; generation: number; computeNs: number;
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;

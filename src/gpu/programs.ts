@@ -6,6 +6,7 @@
 // handed.
 import { createHash } from 'node:crypto';
 import type { JobResult } from './jobs.ts';
+import type { KStream } from '../native.ts';
 import { BUFFER_READ_ONLY, PROG_REASON } from './spec.ts';
 
 /** What a backend's device can do, as PPROG reports it (hw-spec §3.10). */
@@ -64,6 +65,8 @@ export interface DispatchJob {
   panelRowBytes?: number[];
   /** Built-ins only: bindings the dispatch writes completely (BuiltinDispatch.overwrites). */
   overwrites?: number[];
+  /** Built-ins only: a GEMM operand the device-memory path may stream by rows of k. */
+  kStream?: KStream;
 }
 
 /** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */

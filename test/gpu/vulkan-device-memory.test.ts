@@ -136,6 +136,34 @@ describe('device-memory path (forced on the test device)', () => {
     expect(s1.downloadBytes - s0.downloadBytes).toBe(want / 4);
   });
 
+  it('FMMUL with B streamed by rows of k: the first panel runs as k slices, same bytes moved, equals the native kernel', async () => {
+    // Slabs of 64 KiB: B (n = 512: 1 MiB) in 8 slices of 64 k; 260: 4 slices of 80, 80, 80, 20
+    // (B 270 KiB); 102 is the portable form, which declares no k stream.
+    process.env.VUGPU_VK_K_SLAB_BYTES = '65536';
+    try {
+      for (const [n, slices] of [[512, 8], [260, 4], [102, 0]] as const) {
+        for (const where of ['vram', 'sysmem'] as const) {
+          const s0 = native.vulkanStats();
+          await engineFmmul(r, n, where, 3 * n + 1);
+          const s1 = native.vulkanStats();
+          expect({ n, where, kSlices: s1.kSlices - s0.kSlices }).toEqual({ n, where, kSlices: slices });
+          // Exactly what the unsliced path moves: A and B up once, C zero-filled and down.
+          expect(s1.uploadBytes - s0.uploadBytes).toBe(2 * 4 * n * n);
+          expect(s1.zeroedBytes - s0.zeroedBytes).toBe(4 * n * n);
+          expect(s1.downloadBytes - s0.downloadBytes).toBe(4 * n * n);
+        }
+      }
+      // Turned off: no slices, same results within the tolerance.
+      process.env.VUGPU_VK_K_SLICES = '1';
+      const s0 = native.vulkanStats();
+      await engineFmmul(r, 512, 'vram', 77);
+      expect(native.vulkanStats().kSlices - s0.kSlices).toBe(0);
+    } finally {
+      delete process.env.VUGPU_VK_K_SLAB_BYTES;
+      delete process.env.VUGPU_VK_K_SLICES;
+    }
+  });
+
   it('relaunching over the same VRAM windows reuses their imports', async () => {
     const n = 64, bytes = 4 * n * n;
     const a = r.vram(bytes), b = r.vram(bytes), c = r.vram(bytes);
@@ -296,6 +324,11 @@ describe('device-memory path (forced on the test device)', () => {
     const job = { slot, windows: [native.addressOf(x.u8)], lengths: [4096], params: new Uint8Array(0), grid: [1, 1, 1] as [number, number, number], overwrites: [0] };
     expect(() => native.submitDispatch(job)).toThrow(TypeError);
     expect(() => native.submitDispatch({ ...job, builtin: false })).toThrow(TypeError);
+    // Nor a k stream (the engine would patch its push constants).
+    const { overwrites: _o, ...plain } = job;
+    const kStream = { binding: 0, rowBytes: 16, k0Offset: 0, k1Offset: 4, accumulateOffset: 8 };
+    expect(() => native.submitDispatch({ ...plain, kStream })).toThrow(TypeError);
+    expect(() => native.submitDispatch({ ...plain, builtin: true, kStream: { ...kStream, binding: 1 } })).toThrow(RangeError);
     // Through the backend: refused as EINVAL.
     expect(await new Promise((resolve) => backend.dispatch(job, 0, (res) => resolve(res.status)))).toBe(-22);
     native.programRelease(slot);

@@ -391,6 +391,24 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
       in->overwrites[size_t(v)] = 1;
     }
   }
+  // A GEMM's streamed operand (vk.h DispatchInput::KStream): the host's own built-in plans only.
+  Napi::Value kv = o.Get("kStream");
+  if (!kv.IsUndefined()) {
+    if (!in->builtin || !kv.IsObject()) {
+      ThrowTypeError(env, "job.kStream must be an object {binding, rowBytes, k0Offset, k1Offset, accumulateOffset}, for built-ins only");
+      return env.Undefined();
+    }
+    Napi::Object ko = kv.As<Napi::Object>();
+    int64_t b, rb, o0, o1, oa;
+    const int64_t maxOff = int64_t(kMaxParamBytes) - 4;
+    if (!ValueInt(env, ko.Get("binding"), "job.kStream.binding", 0, int64_t(w.Length()) - 1, &b) ||
+        !ValueInt(env, ko.Get("rowBytes"), "job.kStream.rowBytes", 1, kMaxSafe, &rb) ||
+        !ValueInt(env, ko.Get("k0Offset"), "job.kStream.k0Offset", 0, maxOff, &o0) ||
+        !ValueInt(env, ko.Get("k1Offset"), "job.kStream.k1Offset", 0, maxOff, &o1) ||
+        !ValueInt(env, ko.Get("accumulateOffset"), "job.kStream.accumulateOffset", 0, maxOff, &oa))
+      return env.Undefined();
+    in->kStream = {uint32_t(b), uint64_t(rb), uint32_t(o0), uint32_t(o1), uint32_t(oa)};
+  }
   Napi::Value gv = o.Get("grid");
   if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) {
     ThrowTypeError(env, "job.grid must be [x, y, z]");
@@ -494,6 +512,7 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("losses", double(s.losses.load()));
   o.Set("rebuilds", double(s.rebuilds.load()));
   o.Set("warmUps", double(s.warmUps.load()));
+  o.Set("kSlices", double(s.kSlices.load()));
   o.Set("computeNs", double(s.computeNs.load()));
   std::shared_ptr<Context> c = Ctx();
   o.Set("generation", double(c ? c->generation : 0));

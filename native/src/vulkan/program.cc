@@ -212,6 +212,15 @@ struct Group {
   int panel = -1;               // member streamed by rows (then the only member)
 };
 
+// The first panel as slices of k (DispatchInput::KStream): slices = 1 means none.
+struct KStreamPlan {
+  uint32_t slices = 1;
+  int group = -1;                 // the streamed binding's group (its only member)
+  std::vector<uint32_t> kBound;   // slice s sums k in [kBound[s], kBound[s+1])
+  std::vector<VkBufferCopy> slab; // upload of slice s's rows (offsets in the group)
+  uint32_t k0Offset = 0, k1Offset = 0, accumulateOffset = 0;
+};
+
 struct Run {
   Context& c;
   Program& prog;
@@ -222,6 +231,7 @@ struct Run {
   std::vector<bool> writable;
   std::vector<bool> zeroed;  // per setBindings index: overwritten, zero-filled instead of uploaded
   std::vector<VkDescriptorBufferInfo> infos;
+  KStreamPlan ks;
   bool abandoned = false;    // lost: nothing is freed or reused
   // Timestamp queries (GPUs). On a CPU device each timestamp is an llvmpipe scene flush run by
   // its rasterizer threads: the two cost an empty launch ~170 µs of its ~280 (lavapipe, 2 cores)
@@ -368,7 +378,7 @@ void CopyBarrierToHost(const DeviceFns& f, VkCommandBuffer cmd, VkPipelineStageF
 
 // Records the compute part of panel [y0, y1) into cmd (begun and ended by the caller).
 void RecordCompute(Run& R, VkCommandBuffer cmd, VkDescriptorSet* sets, uint32_t y0, uint32_t y1,
-                   bool first, bool last, bool thenCopies = false) {
+                   bool first, bool last, bool thenCopies = false, const uint8_t* params = nullptr) {
   const DeviceFns& f = R.c.fn;
   Lane* lane = R.lane;
   if (first && R.ts) {
@@ -379,7 +389,7 @@ void RecordCompute(Run& R, VkCommandBuffer cmd, VkDescriptorSet* sets, uint32_t 
   f.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, R.prog.layout, 0, 2, sets, 0, nullptr);
   if (R.prog.pushRange) {
     uint8_t pc[256] = {};  // maxPushBytes ≤ 128 (envelope); zero-padded to the 4-byte range
-    memcpy(pc, R.in.params.data(), std::min<size_t>(R.in.params.size(), R.prog.pushRange));
+    memcpy(pc, params ? params : R.in.params.data(), std::min<size_t>(R.in.params.size(), R.prog.pushRange));
     f.vkCmdPushConstants(cmd, R.prog.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, R.prog.pushRange, pc);
   }
   if (y0 == 0 && y1 == R.in.grid[1]) f.vkCmdDispatch(cmd, R.in.grid[0], R.in.grid[1], R.in.grid[2]);
@@ -423,6 +433,62 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
       R.groups[size_t(R.groupOf[i])].panel = int(i);
   }
   return (gy + *rowsPer - 1) / *rowsPer;
+}
+
+// A slab of the streamed binding is at least this big (VUGPU_VK_K_SLAB_BYTES), and there are at
+// most kMaxKSlices: each slice re-reads and re-writes the first panel's output and adds a
+// dispatch, so slabs much smaller than a panel's own upload gain nothing.
+constexpr uint64_t kKSlabBytes = 32ull << 20;
+constexpr uint32_t kMaxKSlices = 8;
+
+// Plans the first panel's k slices (KStream) once the panels are known. On a GPU the first
+// panel otherwise waits for the whole streamed operand (GEMM 8192³: B is 256 MiB, 4.9 ms of
+// PCIe) before any compute starts. VUGPU_VK_K_SLICES=1 turns it off (measurement).
+void PlanKStream(Run& R, uint32_t panels) {
+  const DispatchInput& in = R.in;
+  const DispatchInput::KStream& k = in.kStream;
+  if (!in.builtin || k.binding == UINT32_MAX || panels < 2 || !R.c.info.staging) return;
+  const uint64_t maxSlices = std::min<uint64_t>(EnvOr("VUGPU_VK_K_SLICES", kMaxKSlices), kMaxKSlices);
+  if (maxSlices < 2 || k.rowBytes == 0) return;
+  size_t bi = SIZE_MAX;
+  for (size_t i = 0; i < R.prog.setBindings.size(); i++)
+    if (R.prog.setBindings[i] == k.binding) bi = i;
+  if (bi == SIZE_MAX || R.groupOf[bi] < 0 || R.zeroed[bi]) return;
+  const Group& g = R.groups[size_t(R.groupOf[bi])];
+  if (g.panel >= 0 || g.members.size() != 1) return;
+  auto u32 = [&](uint32_t off, uint32_t* v) {
+    if (uint64_t(off) + 4 > in.params.size()) return false;
+    memcpy(v, in.params.data() + off, 4);
+    return true;
+  };
+  uint32_t kb = 0, ke = 0, acc = 0;
+  if (!u32(k.k0Offset, &kb) || !u32(k.k1Offset, &ke) || !u32(k.accumulateOffset, &acc) || ke <= kb) return;
+  const uint64_t addr = in.windows[k.binding], len = in.lengths[k.binding];
+  if (uint64_t(ke) * k.rowBytes > len) return;
+  uint64_t s = std::min<uint64_t>(maxSlices, len / EnvOr("VUGPU_VK_K_SLAB_BYTES", kKSlabBytes));
+  if (s < 2) return;
+  // Slices of k in multiples of 16 (the GEMM shaders step k by 16 per loop pass).
+  const uint32_t step = uint32_t(((ke - kb + s - 1) / s + 15) / 16 * 16);
+  KStreamPlan& p = R.ks;
+  p.kBound.clear();
+  for (uint32_t x = kb; x < ke; x += step) p.kBound.push_back(x);
+  p.kBound.push_back(ke);
+  p.slices = uint32_t(p.kBound.size() - 1);
+  if (p.slices < 2) {
+    p = KStreamPlan{};
+    return;
+  }
+  p.group = R.groupOf[bi];
+  p.k0Offset = k.k0Offset;
+  p.k1Offset = k.k1Offset;
+  p.accumulateOffset = k.accumulateOffset;
+  // Slab s: rows [kBound[s], kBound[s+1]); the first also takes the rows before k0, the last
+  // whatever follows: together exactly the binding's window, as the one upload was.
+  for (uint32_t x = 0; x < p.slices; x++) {
+    uint64_t a = x == 0 ? addr : addr + uint64_t(p.kBound[x]) * k.rowBytes;
+    uint64_t e = x + 1 == p.slices ? addr + len : addr + uint64_t(p.kBound[x + 1]) * k.rowBytes;
+    p.slab.push_back({a - g.start, a - g.start, e - a});
+  }
 }
 
 // Copy regions of group g for panel p (upload or download): offsets relative to g.start. An
@@ -727,7 +793,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   uint32_t rowsPer = R.in.grid[1];
   const uint32_t panels = PanelCount(R, &rowsPer);
   if (staged && !(panels == 1 && di.transferQueues == 0)) {
-    VkResult r = PrepareStagingLane(c, lane, panels);
+    PlanKStream(R, panels);
+    VkResult r = PrepareStagingLane(c, lane, panels + R.ks.slices - 1);
     if (r) return r == VK_ERROR_DEVICE_LOST ? (R.abandoned = true, LostHere(c, "lane")) : -ENOMEM;
     if (panels > 1) GetImportStats().panels += panels;
   }
@@ -835,7 +902,13 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   } else {
     // Panel p: upload its rows (all of the other bindings with panel 0) → compute its rows →
     // write them back. Three queues, ordered by two timeline semaphores; upload p+1 and
-    // download p-1 run beside compute p.
+    // download p-1 run beside compute p. With a k stream (KStream) panel 0 runs as S slices of
+    // k, slice s after slab s of the streamed binding: its compute starts after one slab
+    // instead of the whole binding. Uploads u: 0 = panel 0 + slab 0, 1..S-1 = slabs, then
+    // panels 1..; computes: S slices of panel 0, then panels 1..; downloads: one per panel.
+    const KStreamPlan& ks = R.ks;
+    const uint32_t S = ks.slices;
+    const uint32_t nUp = S + panels - 1, nComp = S + panels - 1;
     std::vector<VkBufferCopy> reg, fills;
     std::vector<std::pair<VkBuffer, VkBufferCopy>> panelFills;
     // The zero fills of every panel go before the first panel's dispatch: a fill and its barrier
@@ -843,17 +916,20 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     // longer overlapping the first of the next). VUGPU_VK_FILL_EACH_PANEL=1: fill per panel
     // (measurement).
     const bool fillEach = EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
+    std::vector<uint8_t> sliceParams;
     for (uint32_t p = 0; p < panels; p++) {
       const uint32_t y0 = p * rowsPer, y1 = std::min(R.in.grid[1], y0 + rowsPer);
-      VkCommandBuffer u = lane->upCmd[p], k = lane->compCmd[p], d = lane->downCmd[p];
+      VkCommandBuffer u = lane->upCmd[p == 0 ? 0 : S - 1 + p], d = lane->downCmd[p];
       f.vkBeginCommandBuffer(u, &bi);
       f.vkBeginCommandBuffer(d, &bi);
       panelFills.clear();
-      for (const Group& g : R.groups) {
+      for (size_t gi = 0; gi < R.groups.size(); gi++) {
+        const Group& g = R.groups[gi];
         VkBuffer host = g.imp ? g.imp->buf : g.bounce.buf;
         reg.clear();
         fills.clear();
         PanelRegions(R, g, p, panels, rowsPer, false, &reg, &fills);
+        if (S > 1 && p == 0 && int(gi) == ks.group) reg.assign(1, ks.slab[0]);  // the rest: slab by slab
         if (!reg.empty()) f.vkCmdCopyBuffer(u, host, g.dev.buf, uint32_t(reg.size()), reg.data());
         for (auto& x : reg) up += x.size;
         if (fillEach) {
@@ -870,60 +946,105 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
         if (!reg.empty()) f.vkCmdCopyBuffer(d, g.dev.buf, host, uint32_t(reg.size()), reg.data());
         for (auto& x : reg) down += x.size;
       }
+      if (p == 0)
+        for (uint32_t sl = 1; sl < S; sl++) {
+          const Group& g = R.groups[size_t(ks.group)];
+          VkCommandBuffer us = lane->upCmd[sl];
+          f.vkBeginCommandBuffer(us, &bi);
+          f.vkCmdCopyBuffer(us, g.imp ? g.imp->buf : g.bounce.buf, g.dev.buf, 1, &ks.slab[sl]);
+          up += ks.slab[sl].size;
+          if (f.vkEndCommandBuffer(us)) return -ENOMEM;
+        }
       if (p == panels - 1) CopyBarrierToHost(f, d, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
-      f.vkBeginCommandBuffer(k, &bi);
-      // Fills on the compute queue, before the (first) panel's dispatch: a GPU clears at its
-      // memory bandwidth there, and they stay off the copy queues that carry the uploads.
-      for (auto& [buf, x] : panelFills) f.vkCmdFillBuffer(k, buf, x.dstOffset, x.size, 0);
-      if (!panelFills.empty()) {
-        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-        f.vkCmdPipelineBarrier(k, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
-                               nullptr, 0, nullptr);
+      const uint32_t nk = p == 0 ? S : 1;
+      for (uint32_t sl = 0; sl < nk; sl++) {
+        VkCommandBuffer k = lane->compCmd[p == 0 ? sl : S - 1 + p];
+        f.vkBeginCommandBuffer(k, &bi);
+        // Fills on the compute queue, before the (first) panel's dispatch: a GPU clears at its
+        // memory bandwidth there, and they stay off the copy queues that carry the uploads.
+        if (sl == 0) {
+          for (auto& [buf, x] : panelFills) f.vkCmdFillBuffer(k, buf, x.dstOffset, x.size, 0);
+          if (!panelFills.empty()) {
+            VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+            mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+            mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+            f.vkCmdPipelineBarrier(k, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                                   nullptr, 0, nullptr);
+          }
+        } else {
+          // Slice sl adds into what slice sl-1 wrote.
+          VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+          mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+          mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+          f.vkCmdPipelineBarrier(k, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                                 &mb, 0, nullptr, 0, nullptr);
+        }
+        const uint8_t* prm = nullptr;
+        if (nk > 1) {
+          sliceParams = R.in.params;
+          auto put = [&](uint32_t off, uint32_t v) { memcpy(sliceParams.data() + off, &v, 4); };
+          put(ks.k0Offset, ks.kBound[sl]);
+          put(ks.k1Offset, ks.kBound[sl + 1]);
+          if (sl > 0) put(ks.accumulateOffset, 1);
+          prm = sliceParams.data();
+        }
+        RecordCompute(R, k, sets, y0, y1, p == 0 && sl == 0, p == panels - 1, false, prm);
+        if (f.vkEndCommandBuffer(k)) return -ENOMEM;
       }
-      RecordCompute(R, k, sets, y0, y1, p == 0, p == panels - 1);
-      if (f.vkEndCommandBuffer(u) || f.vkEndCommandBuffer(k) || f.vkEndCommandBuffer(d)) return -ENOMEM;
+      if (f.vkEndCommandBuffer(u) || f.vkEndCommandBuffer(d)) return -ENOMEM;
     }
     GetImportStats().uploadBytes += up;
     GetImportStats().downloadBytes += down;
     GetImportStats().zeroedBytes += zeroed;
+    if (S > 1) GetImportStats().kSlices += S;
     const uint64_t base = lane->tl;
-    lane->tl += panels;
+    lane->tl += nUp + panels;  // upSem takes base+1..base+nUp, compSem base+1..base+panels
     submitNs = NowNs();
-    std::vector<uint64_t> vals(panels);
-    for (uint32_t p = 0; p < panels; p++) vals[p] = base + p + 1;
-    std::vector<VkTimelineSemaphoreSubmitInfo> ti(panels, {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO});
-    std::vector<VkSubmitInfo> si(panels, {VK_STRUCTURE_TYPE_SUBMIT_INFO});
+    // Semaphore values: upload u signals base+u+1; a slice of panel 0 waits for its slab's
+    // upload, panel p >= 1 for upload S-1+p; panel p's compute (panel 0's last slice) signals
+    // compSem base+p+1, which download p waits for.
+    std::vector<uint64_t> upVal(nUp), waitUp(nComp), sigComp(nComp, 0), downWait(panels);
+    for (uint32_t i = 0; i < nUp; i++) upVal[i] = base + i + 1;
+    for (uint32_t i = 0; i < nComp; i++) {
+      waitUp[i] = base + i + 1;
+      const bool endsPanel = i >= S - 1;
+      if (endsPanel) sigComp[i] = base + (i - (S - 1)) + 1;
+    }
+    for (uint32_t p = 0; p < panels; p++) downWait[p] = base + p + 1;
+    const size_t most = std::max<size_t>(nUp, panels);
+    std::vector<VkTimelineSemaphoreSubmitInfo> ti(most, {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO});
+    std::vector<VkSubmitInfo> si(most, {VK_STRUCTURE_TYPE_SUBMIT_INFO});
     const VkPipelineStageFlags compStage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
     const VkPipelineStageFlags xferStage = VK_PIPELINE_STAGE_TRANSFER_BIT;
-    // stage 0: uploads signal upSem; 1: compute waits upSem, signals compSem; 2: downloads wait compSem.
+    // stage 0: uploads signal upSem; 1: computes wait upSem, panel ends signal compSem;
+    // 2: downloads wait compSem.
     for (int stage = 0; stage < 3 && r == VK_SUCCESS; stage++) {
-      for (uint32_t p = 0; p < panels; p++) {
-        VkTimelineSemaphoreSubmitInfo& t = ti[p];
-        VkSubmitInfo& s = si[p];
+      const uint32_t count = stage == 0 ? nUp : stage == 1 ? nComp : panels;
+      for (uint32_t i = 0; i < count; i++) {
+        VkTimelineSemaphoreSubmitInfo& t = ti[i];
+        VkSubmitInfo& x = si[i];
         t = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-        s = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
-        s.pNext = &t;
-        s.commandBufferCount = 1;
-        s.pCommandBuffers = stage == 0 ? &lane->upCmd[p] : stage == 1 ? &lane->compCmd[p] : &lane->downCmd[p];
+        x = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
+        x.pNext = &t;
+        x.commandBufferCount = 1;
+        x.pCommandBuffers = stage == 0 ? &lane->upCmd[i] : stage == 1 ? &lane->compCmd[i] : &lane->downCmd[i];
         if (stage > 0) {
-          s.waitSemaphoreCount = 1;
-          s.pWaitSemaphores = stage == 1 ? &lane->upSem : &lane->compSem;
-          s.pWaitDstStageMask = stage == 1 ? &compStage : &xferStage;
+          x.waitSemaphoreCount = 1;
+          x.pWaitSemaphores = stage == 1 ? &lane->upSem : &lane->compSem;
+          x.pWaitDstStageMask = stage == 1 ? &compStage : &xferStage;
           t.waitSemaphoreValueCount = 1;
-          t.pWaitSemaphoreValues = &vals[p];
+          t.pWaitSemaphoreValues = stage == 1 ? &waitUp[i] : &downWait[i];
         }
-        if (stage < 2) {
-          s.signalSemaphoreCount = 1;
-          s.pSignalSemaphores = stage == 0 ? &lane->upSem : &lane->compSem;
+        if (stage == 0 || (stage == 1 && sigComp[i])) {
+          x.signalSemaphoreCount = 1;
+          x.pSignalSemaphores = stage == 0 ? &lane->upSem : &lane->compSem;
           t.signalSemaphoreValueCount = 1;
-          t.pSignalSemaphoreValues = &vals[p];
+          t.pSignalSemaphoreValues = stage == 0 ? &upVal[i] : &sigComp[i];
         }
       }
       const QueueRef& q = stage == 0 ? c.upQ : stage == 1 ? c.compQ : c.downQ;
       std::lock_guard<std::mutex> lk(*q.mu);
-      r = f.vkQueueSubmit(q.queue, panels, si.data(), stage == 2 ? lane->fence : VK_NULL_HANDLE);
+      r = f.vkQueueSubmit(q.queue, count, si.data(), stage == 2 ? lane->fence : VK_NULL_HANDLE);
       if (r == VK_SUCCESS) submitted = true;
     }
     if (r != VK_SUCCESS) {

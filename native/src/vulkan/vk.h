@@ -252,6 +252,16 @@ struct DispatchInput {
   // bytes (the write-back stays). src/gpu/program/builtins.ts (BuiltinDispatch.overwrites) says
   // which plans may declare it.
   std::vector<uint8_t> overwrites;
+  // Built-in GEMMs only (napi refuses it for other jobs): binding `binding` is read by rows of
+  // k (rowBytes each) and the dispatch sums k over [u32 at k0Offset, u32 at k1Offset) of params,
+  // adding into its output when the u32 at accumulateOffset is nonzero. The device-memory path
+  // may then run the first panel as slices of k, each after its slab of the binding is up
+  // (program.cc, KStreamPlan). binding == UINT32_MAX: none.
+  struct KStream {
+    uint32_t binding = UINT32_MAX;
+    uint64_t rowBytes = 0;
+    uint32_t k0Offset = 0, k1Offset = 0, accumulateOffset = 0;
+  } kStream;
   // Built-ins may bind up to the device's maxStorageBufferRange (guest programs: the envelope).
   bool builtin = false;
   // The context generation the job was queued under: a job queued before a device loss fails
@@ -270,7 +280,8 @@ struct ImportStats {
   std::atomic<uint64_t> uploadBytes{0}, downloadBytes{0}, bounceBytes{0}, panels{0};
   std::atomic<uint64_t> zeroedBytes{0};  // overwritten bindings zero-filled on the device, not uploaded
   std::atomic<uint64_t> rebuilds{0}, losses{0};
-  std::atomic<uint64_t> warmUps{0};  // new pipelines dispatched once on the warm-up device (CPU devices)
+  std::atomic<uint64_t> warmUps{0};
+  std::atomic<uint64_t> kSlices{0};  // first panels run as slices of k (KStream)  // new pipelines dispatched once on the warm-up device (CPU devices)
   std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
 };
 

@@ -15,6 +15,7 @@
 // or more (the shaders index with 32-bit words); no program device binds that much
 // (PROG_MAX_BUFFER_BYTES ≤ 128 MiB).
 import { KERNELS, K } from '../kernels.ts';
+import type { KStream } from '../../native.ts';
 
 /** Where build-spirv.sh puts the modules; `spv` paths below are relative to it. */
 export const SPIRV_DIR = new URL('../../../build/spirv/', import.meta.url);
@@ -45,6 +46,15 @@ export interface BuiltinDispatch {
    * it out.
    */
   overwrites?: number[];
+  /**
+   * A GEMM operand read by rows of k (binding, bytes per k row) and where the launch's push
+   * constants hold its k range and its accumulate flag: the device-memory path may then run the
+   * first panel as slices of k, each as soon as its rows of the operand are on the device,
+   * instead of waiting for all of it (native/src/vulkan/program.cc, PlanKStream). Declare it only
+   * where the shader sums exactly k in [k0, k1) (in steps of 16) and adds into C when accumulate
+   * is set.
+   */
+  kStream?: KStream;
   /**
    * Run this launch this many times in a row (default 1). The shader keeps its progress in its
    * buffers, so the repetitions are identical launches; surplus ones change nothing. Infinity:
@@ -267,10 +277,12 @@ function planFmul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null
   if (n % 4 !== 0) return plan;
   const pushFor = (k0: number, k1: number, i: number) => push(p, 4, [k0, k1, i > 0 ? 1 : 0]);
   const slice = gemmKSliceOverride ?? GEMM_GPU_K_SLICE;
-  return {
-    spv: FMMUL_GPU_SPV,
-    dispatches: overwritesC(gemmLaunches(n, n, pushFor, 128, slice, [128 * 4 * n, 0, 128 * 4 * n]), n, lengths),
-  };
+  // fmmul_gpu.comp sums k in [k0, k1) (push bytes 4, 8; loads past k1 are zero) and adds into C
+  // when accumulate (byte 12) is set: B (binding 1) can stream by its rows.
+  const kStream: KStream = { binding: 1, rowBytes: 4 * n, k0Offset: 4, k1Offset: 8, accumulateOffset: 12 };
+  const dispatches = overwritesC(gemmLaunches(n, n, pushFor, 128, slice, [128 * 4 * n, 0, 128 * 4 * n]), n, lengths);
+  for (const d of dispatches) d.kStream = kStream;
+  return { spv: FMMUL_GPU_SPV, dispatches };
 }
 
 function layerDims(p: Uint8Array): [number, number] | null {
