@@ -214,7 +214,7 @@ export async function main(argv: string[]): Promise<void> {
           uploadMiB: (s1.uploadBytes - s0.uploadBytes) / reps / 2 ** 20,
           downloadMiB: (s1.downloadBytes - s0.downloadBytes) / reps / 2 ** 20,
           newImports: (s1.imports - s0.imports) / reps, importMs: (s1.importNs - s0.importNs) / reps / 1e6,
-          importHits: (s1.importHits - s0.importHits) / reps, panels: (s1.panels - s0.panels) / reps,
+          importHits: (s1.importHits - s0.importHits) / reps, panels: (s1.panels - s0.panels) / reps, kSlices: (s1.kSlices - s0.kSlices) / reps,
           bounceMiB: (s1.bounceBytes - s0.bounceBytes) / reps / 2 ** 20,
           // Declared-overwritten bindings (FMMUL's C) cleared on the device instead of uploaded.
           zeroedMiB: (s1.zeroedBytes - s0.zeroedBytes) / reps / 2 ** 20,
