@@ -234,17 +234,18 @@ export async function main(argv: string[]): Promise<void> {
       // The streaming choice, measured: panels of at least W workgroups (default 512); a W
       // larger than the grid means one panel (copy all, compute, copy back on the copy queues).
       if (where === 'vram' && info.memory === 'device' && n >= 2048) {
+        // At most M panels (VUGPU_VK_MAX_PANELS; default 4), panels of ≥ 256 workgroups.
         const sweep: Record<string, number> = {};
-        const saved = process.env.VUGPU_VK_PANEL_WORKGROUPS;
-        for (const w of [128, 256, 1024, 1 << 30]) {
-          process.env.VUGPU_VK_PANEL_WORKGROUPS = String(w);
+        const saved = process.env.VUGPU_VK_MAX_PANELS;
+        for (const m of [1, 2, 4, 8, 16]) {
+          process.env.VUGPU_VK_MAX_PANELS = String(m);
           const p0 = native.vulkanStats().panels;
           const best = Math.min(...await timeLaunches(ch, K.FMMUL, o.bufs, p, 3));
-          sweep[w === 1 << 30 ? 'onePanel' : `minWorkgroups${w}`] = best;
-          console.log(`  panels of ≥ ${w === 1 << 30 ? 'all' : w} workgroups: ${best.toFixed(2)} ms (${(native.vulkanStats().panels - p0) / 3} panels)`);
+          sweep[m === 1 ? 'onePanel' : `maxPanels${m}`] = best;
+          console.log(`  at most ${m} panels: ${best.toFixed(2)} ms (${(native.vulkanStats().panels - p0) / 3} panels)`);
         }
-        if (saved === undefined) delete process.env.VUGPU_VK_PANEL_WORKGROUPS;
-        else process.env.VUGPU_VK_PANEL_WORKGROUPS = saved;
+        if (saved === undefined) delete process.env.VUGPU_VK_MAX_PANELS;
+        else process.env.VUGPU_VK_MAX_PANELS = saved;
         (row[where] as Record<string, unknown>).panelSweepBestMs = sweep;
         // The streaming choices (program.cc), each env switch set to 1: the default (B streamed
         // by rows of k under the first panel's k slices; every zero fill before the first

@@ -153,6 +153,12 @@ int Build(Program& prog, const spirv::Prepared& pp, const CompileInput& in) {
 }
 
 constexpr uint32_t kMaxPanels = 16;
+// Panels per launch by default (VUGPU_VK_MAX_PANELS overrides, up to kMaxPanels). Each panel
+// boundary costs the GPU a partly idle wave; more panels only shorten the last panel's
+// write-back. With the first panel's k slices (PlanKStream) the H100 measured 4 panels best at
+// both 4096³ (6.0 ms; 8 panels 6.8) and 8192³ (33.2 ms; 16 panels 35.0): bench/results/
+// engine-vulkan.json, panelSweepBestMs.
+constexpr uint32_t kDefaultMaxPanels = 4;
 // Staged launches moving at most this much go on the compute queue in one command buffer
 // (VUGPU_VK_ONE_QUEUE_BYTES overrides). A 1024³ FMMUL (one panel, 16 MiB moved; 12 with C's
 // upload skipped) is under it already: in the H100 run (bench/results/engine-vulkan.json) its
@@ -161,8 +167,8 @@ constexpr uint32_t kMaxPanels = 16;
 // to move the constant.
 constexpr uint64_t kOneQueueBytes = 32ull << 20;
 // A panel streams at least kPanelBytes and has at least kPanelWorkgroups workgroups (enough to
-// fill an H100's 132 SMs about once: measured there, 256 beat 128, 512 and 1024 at 4096³ and
-// 8192³). VUGPU_VK_PANEL_BYTES / _WORKGROUPS override (tests
+// fill an H100's 132 SMs about once: measured there before the k slices, 256 beat 128, 512 and
+// 1024 at 4096³ and 8192³). VUGPU_VK_PANEL_BYTES / _WORKGROUPS override (tests
 // make panels of small launches on lavapipe; tuning).
 uint64_t EnvOr(const char* name, uint64_t dflt) {
   const char* v = getenv(name);
@@ -423,7 +429,8 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
   }
   const uint64_t panelBytes = EnvOr("VUGPU_VK_PANEL_BYTES", 8ull << 20);
   const uint64_t panelWorkgroups = EnvOr("VUGPU_VK_PANEL_WORKGROUPS", 256);
-  uint64_t p = std::min<uint64_t>({kMaxPanels, banded / panelBytes,
+  const uint64_t maxPanels = std::min<uint64_t>(kMaxPanels, EnvOr("VUGPU_VK_MAX_PANELS", kDefaultMaxPanels));
+  uint64_t p = std::min<uint64_t>({maxPanels, banded / panelBytes,
                                    uint64_t(in.grid[0]) * gy / panelWorkgroups, gy});
   if (p < 2) return 1;
   *rowsPer = uint32_t((gy + p - 1) / p);
