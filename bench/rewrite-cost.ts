@@ -43,6 +43,9 @@ export interface RewriteCase {
   /** The loop rewrite without the index clamps, and the clamps alone (program.h benchParts). */
   noClampRatio: number;
   clampOnlyRatio: number;
+  /** The cancel word loaded at every back-edge (Limits.cancelEvery 1; the same as ratio where
+   * loops are cut and every back-edge loads it anyway). */
+  everyBackEdgeRatio: number;
   words: { raw: number; rewritten: number };
   /** Largest |rewritten − raw| / (1 + |raw|) over C (every variant). */
   maxRelDiff: number;
@@ -75,14 +78,16 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
     const pp = native.programPrepare(raw, 0, new Uint32Array(0), limits);
     if (pp.reason !== 0 || !pp.words || !pp.entry) throw new Error(`${c.rel}: refused (${pp.reason}): ${pp.message}`);
     const entry = pp.entry.name;
-    const variant = (l: Partial<ProgramLimits> & { cancelLoadEarly?: number; benchParts?: number }): { words: Uint32Array; entry: string } => {
+    const variant = (l: Partial<ProgramLimits> & { cancelLoadEarly?: number; benchParts?: number; cancelEvery?: number }): { words: Uint32Array; entry: string } => {
       const v = native.programPrepare(raw, 0, new Uint32Array(0), { ...limits, ...l });
       if (v.reason !== 0 || !v.words) throw new Error(`${c.rel}: refused (${JSON.stringify(l)}): ${v.message}`);
       return { words: v.words, entry: l.benchParts && l.benchParts & 2 ? 'main' : entry };
     };
     // [1] the engine's, [2] with the early load, [3] without the index clamps, [4] the clamps
-    // alone (no loop rewrite), [5] cancel checks only (devices that cut loops)
-    const variants = [{ words: pp.words, entry }, variant({ cancelLoadEarly: 1 }), variant({ benchParts: 1 }), variant({ benchParts: 2 })];
+    // alone (no loop rewrite), [5] the cancel word loaded at every back-edge (where the engine's
+    // loads it every 64th: devices that do not cut loops), [6] cancel checks only (devices that
+    // cut loops)
+    const variants = [{ words: pp.words, entry }, variant({ cancelLoadEarly: 1 }), variant({ benchParts: 1 }), variant({ benchParts: 2 }), variant({ cancelEvery: 1 })];
     if (limits.loopLimit > 0) variants.push(variant({ loopLimit: 0 }));
     const job = { buffers: [a, b, new Float32Array(n * n)], writable: [false, false, true], push: c.push, grid: c.grid };
     // Results: each module alone, compared with the raw one's.
@@ -103,7 +108,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       }
     }
     const per: number[] = [], perWall: number[] = [], perEarly: number[] = [], perCancel: number[] = [], rawT: number[] = [], prepT: number[] = [];
-    const perNoClamp: number[] = [], perClampOnly: number[] = [];
+    const perNoClamp: number[] = [], perClampOnly: number[] = [], perEvery: number[] = [];
     let ts = true;
     for (let r = 0; r < rounds; r++) {
       const res = native.vulkanDirectRun({ ...job, words: raw, control: true, entry: 'main', variants, reps: reps + 1 });
@@ -118,7 +123,8 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       perEarly.push(k[2]! / k[0]!);
       perNoClamp.push(k[3]! / k[0]!);
       perClampOnly.push(k[4]! / k[0]!);
-      if (k.length > 5) perCancel.push(k[5]! / k[0]!);
+      perEvery.push(k[5]! / k[0]!);
+      if (k.length > 6) perCancel.push(k[6]! / k[0]!);
       rawT.push(k[0]!);
       prepT.push(k[1]!);
     }
@@ -126,7 +132,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       module: c.module, n, rounds, ratio: median(per), ratioQuartiles: [quantile(per, 0.25), quantile(per, 0.75)], ratioBest: min(prepT) / min(rawT), ratioWall: median(perWall), rawMs: median(rawT) / 1e6, rewrittenMs: median(prepT) / 1e6,
       perRound: per.map((x) => Math.round(x * 10000) / 10000),
       earlyLoadRatio: median(perEarly),
-      noClampRatio: median(perNoClamp), clampOnlyRatio: median(perClampOnly),
+      noClampRatio: median(perNoClamp), clampOnlyRatio: median(perClampOnly), everyBackEdgeRatio: median(perEvery),
       ...(perCancel.length ? { cancelOnlyRatio: median(perCancel) } : {}),
       words: { raw: raw.length, rewritten: pp.words.length }, maxRelDiff, clock: ts ? 'timestamps' : 'wall',
     });

@@ -144,6 +144,8 @@ export interface VulkanAddon {
     grid: [number, number, number]; reps?: number;
     /** The words are programPrepare's (rewritten): bind the control block (set 1) as the engine does. */
     control?: boolean; entry?: string;
+    /** With control: the cancel word is set before the launch starts (tests). */
+    cancelled?: boolean;
     /** More modules on the same layout and buffers, run in turn with the main one every repetition. */
     variants?: { words: Uint32Array; entry?: string }[] }): {
     wallNs: number[]; kernelNs: number[]; transferQueue: boolean; status: number; variants: { wallNs: number[]; kernelNs: number[] }[] };
@@ -301,6 +303,9 @@ export interface SpirvLimits {
   cancelLoadEarly?: number;
   /** Benchmark switch (program.h): bit 0 leaves out the index clamps, bit 1 the loop rewrite. */
   benchParts?: number;
+  /** Devices that do not cut loops: checked back-edges between two cancel-word loads (program.h;
+   * 0 = the default 64, 1 = every back-edge). */
+  cancelEvery?: number;
 }
 
 export interface SpirvPrepared {

@@ -213,6 +213,24 @@ void main() { o[gl_GlobalInvocationID.x] = gl_GlobalInvocationID.x * 7u + ${k}u;
     }
   });
 
+  it('a rewrite without loop-cut detection (a GPU\'s) leaves a loop within cancelEvery back-edges once the cancel word is set', () => {
+    // Where loops are not cut (loopLimit 0), the back-edges load the cancel word only every 2^k-th
+    // time (rewrite.cc): run here on the CPU device with a loop far under its cut.
+    const raw = glsl('stop-within', `#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer O { uint o[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() { uint i = 0u; for (; i < p.n; i++) o[1] += 1u; o[0] = i; }`);
+    for (const [cancelEvery, cancelled, iterations, status] of [[0, false, 1000, 0], [0, true, 64, 1], [8, true, 8, 1], [1, true, 1, 1], [8, false, 1000, 0]] as const) {
+      const pp = native.programPrepare(raw, 0, new Uint32Array(0), { ...info.limits, loopLimit: 0, cancelEvery });
+      expect(pp.reason).toBe(0);
+      const out = new Uint32Array(4);
+      const r = native.vulkanDirectRun({ words: pp.words!, buffers: [out], writable: [true], push: u32Params(1000), grid: [1, 1, 1], control: true, cancelled, entry: pp.entry!.name, reps: 1 });
+      expect({ cancelEvery, cancelled, iterations: out[0], body: out[1], status: r.status })
+        .toEqual({ cancelEvery, cancelled, iterations, body: iterations, status });
+    }
+  });
+
   it('passes push constants of several types', async () => {
     const slot = await compileOk(glsl('push', `#version 450
 layout(local_size_x = 16) in;

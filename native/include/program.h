@@ -40,6 +40,10 @@ struct Limits {
   // Benchmark switch (bench/rewrite-cost.ts; the engine leaves it 0), to tell the rewrite's costs
   // apart: bit 0 leaves out the buffer index clamps, bit 1 the loop rewrite (clamps only).
   uint32_t benchParts = 0;
+  // Devices that do not cut loops (loopLimit 0): checked back-edges of an invocation between two
+  // loads of the cancel word (rounded down to a power of two, at most 1024); 0 = the default, 64
+  // (rewrite.cc); 1 = every back-edge, the rewrite before (benchmarks).
+  uint32_t cancelEvery = 0;
   uint32_t subgroupSize = 8;
 };
 

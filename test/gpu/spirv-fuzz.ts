@@ -194,6 +194,7 @@ const Op = {
   EntryPoint: 15, Constant: 43, Function: 54, FunctionEnd: 56, Variable: 59, Load: 61, Store: 62,
   AccessChain: 65, Decorate: 71, IAdd: 128, IEqual: 170, ULessThan: 176, LogicalAnd: 167,
   AtomicLoad: 227, AtomicUMax: 239, LoopMerge: 246, SelectionMerge: 247, Label: 248, Branch: 249,
+  Phi: 245, BitwiseAnd: 199,
   BranchConditional: 250, Switch: 251, Return: 253, ReturnValue: 254, Unreachable: 255, TypeInt: 21,
 } as const;
 
@@ -217,7 +218,10 @@ const LITERALS_FROM: Record<number, number> = { 8: 2, 61: 4, 62: 3, 79: 5, 81: 4
  *  - exactly one control variable (set 1, binding 0) and no OpUnreachable;
  *  - every cycle of every function's CFG passes through a back-edge whose branch condition is an
  *    AND-tree containing (atomic load of control.cancel) == 0 (Kahn's algorithm after removing
- *    those edges leaves nothing); with loopLimit 0, an unchecked back-edge (a plain OpBranch to
+ *    those edges leaves nothing) — with loopLimit 0 the load may be the periodic one: an OpPhi of
+ *    it from a block L and of 0 from the block B that branches to L when its back-edge count
+ *    ((vugpu_backedges + 1) & (2^k − 1), k ≤ 10, the variable only ever stored its value + 1)
+ *    is 0; with loopLimit 0, an unchecked back-edge (a plain OpBranch to
  *    its header) is cut too when this file proves the loop's trip count constant (smallTrips) and
  *    its product with those of the enclosing unchecked loops ≤ SMALL_TRIPS;
  *  - every return of the entry point is the merge of a selection whose arm does
@@ -266,14 +270,75 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
     return !!d && d.op === Op.AccessChain && word(d, 3) === base && (idx === undefined || isConst(word(d, 4), idx));
   };
   const isTagPtr = (ptr: number) => tagVar !== undefined && chainOf(ptr, tagVar);
-  // cancel check: OpIEqual(OpAtomicLoad(&control.cancel), 0)
-  const isCancel = (id: number): boolean => {
+  const isCancelLoad = (id: number): boolean => {
+    const l = def.get(id);
+    return !!l && l.op === Op.AtomicLoad && chainOf(word(l, 3), ctl, 0);
+  };
+  // The periodic check (loopLimit 0): the back-edge counter is a Private variable that is only
+  // ever stored its own value + 1; `due` = ((counter + 1) & (2^k - 1)) == 0 with k ≤ 10.
+  const edgesVar = names.get('vugpu_backedges');
+  const index = new Map<Inst, number>();
+  insts.forEach((x, i) => index.set(x, i));
+  const isStep = (id: number): boolean => {
+    const d = def.get(id);
+    if (!d || d.op !== Op.IAdd || edgesVar === undefined) return false;
+    for (const [x, y] of [[word(d, 3), word(d, 4)], [word(d, 4), word(d, 3)]] as const) {
+      const l = def.get(x);
+      if (l && l.op === Op.Load && word(l, 3) === edgesVar && consts.get(y) === 1) return true;
+    }
+    return false;
+  };
+  const stored = new Set<number>();
+  for (const ins of insts)
+    if (ins.op === Op.Store && edgesVar !== undefined && word(ins, 1) === edgesVar) {
+      if (!isStep(word(ins, 2))) return 'vugpu_backedges is stored something other than its value + 1';
+      stored.add(word(ins, 2));
+    }
+  const isDue = (id: number): boolean => {
     const d = def.get(id);
     if (!d || d.op !== Op.IEqual) return false;
     for (const [x, y] of [[word(d, 3), word(d, 4)], [word(d, 4), word(d, 3)]] as const) {
-      const l = def.get(x);
-      if (isConst(y, 0) && l && l.op === Op.AtomicLoad && chainOf(word(l, 3), ctl, 0)) return true;
+      const a = def.get(x);
+      if (!isConst(y, 0) || !a || a.op !== Op.BitwiseAnd) continue;
+      for (const [n, m] of [[word(a, 3), word(a, 4)], [word(a, 4), word(a, 3)]] as const) {
+        const mask = consts.get(m);
+        if (mask !== undefined && mask < 1024 && (mask & (mask + 1)) === 0 && isStep(n) && stored.has(n)) return true;
+      }
     }
+    return false;
+  };
+  /** The terminator of the block labelled `label`. */
+  const termOf = (label: number): Inst | undefined => {
+    const d = def.get(label);
+    if (!d || d.op !== Op.Label) return undefined;
+    for (let i = index.get(d)! + 1; i < insts.length; i++) if (TERMINATORS.has(insts[i]!.op)) return insts[i];
+    return undefined;
+  };
+  const labelOf = (ins: Inst): number => {
+    for (let i = index.get(ins)!; i >= 0; i--) if (insts[i]!.op === Op.Label) return word(insts[i]!, 1);
+    return -1;
+  };
+  // OpPhi(load of control.cancel from L, 0 from B), in M: B branches on `due` to L or M, L to M.
+  const isPeriodicLoad = (id: number): boolean => {
+    const d = def.get(id);
+    if (!d || d.op !== Op.Phi || d.wc !== 7) return false;
+    const m = labelOf(d);
+    for (const [v, from, z, zFrom] of [[word(d, 3), word(d, 4), word(d, 5), word(d, 6)], [word(d, 5), word(d, 6), word(d, 3), word(d, 4)]] as const) {
+      if (!isCancelLoad(v) || !isConst(z, 0)) continue;
+      const tl = termOf(from), tb = termOf(zFrom);
+      if (!tl || tl.op !== Op.Branch || word(tl, 1) !== m) continue;
+      if (!tb || tb.op !== Op.BranchConditional || !isDue(word(tb, 1)) || word(tb, 2) !== from || word(tb, 3) !== m) continue;
+      if (labelOf(def.get(v)!) !== from) continue;
+      return true;
+    }
+    return false;
+  };
+  // cancel check: OpIEqual(OpAtomicLoad(&control.cancel), 0), or of the periodic check's OpPhi
+  const isCancel = (id: number): boolean => {
+    const d = def.get(id);
+    if (!d || d.op !== Op.IEqual) return false;
+    for (const [x, y] of [[word(d, 3), word(d, 4)], [word(d, 4), word(d, 3)]] as const)
+      if (isConst(y, 0) && (isCancelLoad(x) || (opts.loopLimit === 0 && isPeriodicLoad(x)))) return true;
     return false;
   };
   const leaves = (id: number, out: number[], depth = 0): void => {
@@ -600,6 +665,7 @@ function limitsFor(r: Prng): Limits & { cancelLoadEarly?: number } {
   if (r.chance(0.1)) l.maxWgInvocations = 1 + r.int(2048);
   if (r.chance(0.1)) l.subgroupSize = r.pick([1, 4, 8, 32, 64]);
   if (r.chance(0.25)) l.cancelLoadEarly = 1; // the benchmark's variant must be as sound
+  if (r.chance(0.3)) l.cancelEvery = r.pick([1, 2, 3, 64, 1000, 5000, 0xffffffff]); // the periodic check, any interval
   return l;
 }
 

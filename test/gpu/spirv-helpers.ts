@@ -22,6 +22,8 @@ export const LIMITS = {
   features: 0x7f,
   loopLimit: 0,
   subgroupSize: 8,
+  /** Back-edges between two cancel-word loads where loops are not cut (program.h; 0 = 64). */
+  cancelEvery: 0,
 };
 export type Limits = typeof LIMITS;
 

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { verifyRewrite } from './spirv-fuzz.ts';
 import {
-  ASM, GLSL, LIMITS, R, assemble, buildSeeds, compileGlsl, disassemble, optimize, prepare, repoRoot, spirvVal,
+  ASM, GLSL, LIMITS, R, assemble, buildSeeds, compileGlsl, disassemble, optimize, prepare, repoRoot, spirvVal, type Limits,
 } from './spirv-helpers.ts';
 
 const LAVAPIPE_CAP = 65535;
@@ -88,8 +88,9 @@ describe('programPrepare: accepted modules', () => {
 
   it('adds 3 instructions per back-edge (4 for a do-while); detection adds none to a for loop', () => {
     const check = String.raw`%(\w+) = OpAccessChain %\S+ %vugpu_control %uint_0\w*\s+%(\w+) = OpAtomicLoad %uint %\1 %\w+ %\w+\s+%(\w+) = OpIEqual %bool %\2 %\w+\s+`;
+    // cancelEvery 1: every back-edge loads the word (GPUs load it every 64th: the next test)
     const text = (src: string, loopLimit: number) =>
-      disassemble(accepted(compileGlsl(src, 'vulkan1.1'), { limits: { loopLimit } }).words);
+      disassemble(accepted(compileGlsl(src, 'vulkan1.1'), { limits: { loopLimit, cancelEvery: 1 } }).words);
     // for: …; cancel check; OpBranchConditional %ok %header %merge
     const forBack = new RegExp(`${check}OpBranchConditional %\\3 %\\w+ %\\w+\n`);
     expect(text(GLSL.forLoop!, 0)).toMatch(forBack);
@@ -100,6 +101,33 @@ describe('programPrepare: accepted modules', () => {
     // with detection a do-while's exit also selects the tag (3 more, every iteration)
     const doDetect = new RegExp(`${check}%(\\w+) = OpLogicalAnd[^\\n]*\\s+%\\w+ = OpLoad[^\\n]*\\s+%(\\w+) = OpSelect[^\\n]*\\s+OpStore %\\w+ %\\5\\s+OpBranchConditional %\\4 `);
     expect(text(GLSL.doWhile!, LAVAPIPE_CAP)).toMatch(doDetect);
+  });
+
+  it('without loop-cut detection (GPUs) a back-edge loads the cancel word every 2^k-th time: a counter, a selection, an OpPhi', () => {
+    const periodic = (mask: number) => new RegExp(String.raw`%(\w+) = OpLoad %uint %vugpu_backedges\s+%(\w+) = OpIAdd %uint %\1 %uint_1\w*\s+` +
+      String.raw`OpStore %vugpu_backedges %\2\s+%(\w+) = OpBitwiseAnd %uint %\2 %uint_${mask}\w*\s+%(\w+) = OpIEqual %bool %\3 %uint_0\w*\s+` +
+      String.raw`OpSelectionMerge %(\w+) None\s+OpBranchConditional %\4 %(\w+) %\5\s+%\6 = OpLabel\s+%(\w+) = OpAccessChain %\S+ %vugpu_control %uint_0\w*\s+` +
+      String.raw`%(\w+) = OpAtomicLoad %uint %\7 %\w+ %\w+\s+OpBranch %\5\s+%\5 = OpLabel\s+%(\w+) = OpPhi %uint %\8 %\6 %uint_0\w* %\w+\s+` +
+      String.raw`%(\w+) = OpIEqual %bool %\9 %uint_0\w*\s+`);
+    const text = (src: string, limits: Partial<Limits>) => disassemble(accepted(compileGlsl(src, 'vulkan1.1'), { limits }).words);
+    for (const [cancelEvery, mask] of [[0, 63], [8, 7], [100, 63], [4096, 1023]] as const) {
+      const t = text(GLSL.forLoop!, { loopLimit: 0, cancelEvery });
+      expect(t, `cancelEvery ${cancelEvery}`).toMatch(new RegExp(periodic(mask).source + String.raw`OpBranchConditional %\10 %\w+ %\w+\n`));
+      expect(t).toMatch(/OpVariable %_ptr_Private_uint Private %uint_0/);
+    }
+    // do-while: cond && ok in the new block
+    expect(text(GLSL.doWhile!, { loopLimit: 0 })).toMatch(new RegExp(periodic(63).source + String.raw`%(\w+) = OpLogicalAnd %bool %\w+ %\10\s+OpBranchConditional %\11 `));
+    // With detection (lavapipe) every back-edge still loads it.
+    expect(text(GLSL.forLoop!, { loopLimit: LAVAPIPE_CAP })).not.toMatch(/vugpu_backedges/);
+    // The structural check insists on the counter: one that stepped by 2 would not pass.
+    const words = accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.1'), { limits: { loopLimit: 0 } }).words;
+    expect(verifyRewrite(words, { loopLimit: 0, entryIndex: 0 })).toBeNull();
+    const broken = words.slice();
+    let patched = 0;
+    for (let off = 5; off < broken.length; off += broken[off]! >>> 16)
+      if ((broken[off]! & 0xffff) === 43 && broken[off + 3] === 1) { broken[off + 3] = 2; patched++; }
+    expect(patched).toBeGreaterThan(0);
+    expect(verifyRewrite(broken, { loopLimit: 0, entryIndex: 0 })).not.toBeNull();
   });
 
   it('cancelLoadEarly (a benchmark switch) loads the cancel word in the loop header and keeps every check', () => {

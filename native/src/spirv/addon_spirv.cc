@@ -52,6 +52,7 @@ bool ArgLimits(const Napi::CallbackInfo& info, size_t i, spirv::Limits* lim) {
       !LimitField(env, o, "loopLimit", &lim->loopLimit) ||
       !LimitField(env, o, "cancelLoadEarly", &lim->cancelLoadEarly) ||
       !LimitField(env, o, "benchParts", &lim->benchParts) ||
+      !LimitField(env, o, "cancelEvery", &lim->cancelEvery) ||
       !LimitField(env, o, "subgroupSize", &lim->subgroupSize))
     return false;
   Napi::Value wg = o.Get("maxWgSize");

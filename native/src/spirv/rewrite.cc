@@ -21,6 +21,16 @@
 //                  checked. The skipped headers are reported (Prepared::uncheckedLoops).
 //   (Limits::cancelLoadEarly, a benchmark switch: the atomic load moves to the loop header, after
 //   its OpPhis — the header dominates the back-edge — and only the compare stays at the back-edge.)
+//   every 2^k       with loopLimit == 0 (GPUs), a back-edge block B without a merge instruction
+//                   loads the word only every Limits::cancelEvery-th checked back-edge of the
+//                   invocation (kCancelEvery by default): on a GPU the load is an L2 round trip
+//                   that a loop with barriers cannot overlap (the SGEMM sample ran 1.31× slower
+//                   checking every iteration). B counts in a Private uint and branches:
+//                     B: n1 = vugpu_backedges + 1; store; due = (n1 & (every-1)) == 0
+//                        OpSelectionMerge M; OpBranchConditional due L M
+//                     L: cw = atomic load; OpBranch M
+//                     M: w = OpPhi(cw L, 0 B); ok = w == 0; the back-edge branch, from M
+//                   A cancel is then seen within `every` back-edges of checked loops.
 //
 // Loop-cut detection (loopLimit > 0). lavapipe ends a loop when a limiter shared by all loops of a
 // SIMD group reaches 0, at the end of a pass, as if the loop had exited — and passes run with every
@@ -48,6 +58,11 @@
 namespace vugpu::spirv::detail {
 
 namespace {
+
+// The periodic check (loopLimit == 0): the cancel word is loaded every kCancelEvery-th checked
+// back-edge by default, at most every kMaxCancelEvery-th (Limits::cancelEvery overrides).
+constexpr uint32_t kCancelEvery = 64;
+constexpr uint32_t kMaxCancelEvery = 1024;
 
 using Words = std::vector<uint32_t>;
 
@@ -129,6 +144,8 @@ class Rewriter {
   uint32_t tUint_ = 0, tBool_ = 0, c0_ = 0, c1_ = 0, c2_ = 0, cScope_ = 0, cN_ = 0, cNm1_ = 0,
            tPtrCtlUint_ = 0, vCtl_ = 0, tPtrWgUint_ = 0, tPtrFnUint_ = 0, vTags_ = 0, vSlot_ = 0,
            vCut_ = 0, vLocalIndex_ = 0;
+  // The periodic check (every_ > 1): the invocation's back-edge counter and the mask.
+  uint32_t every_ = 1, vEdges_ = 0, cMask_ = 0;
 
   uint32_t fresh() { return next_++; }
   uint32_t constant(uint32_t value) {
@@ -217,6 +234,14 @@ void Rewriter::declareGlobals() {
   EmitStr(names_, SpvOpMemberName, {tCtl, 1}, "status");
   EmitStr(names_, SpvOpName, {vCtl_}, "vugpu_control");
 
+  if (every_ > 1) {
+    uint32_t tPtrPriv = fresh();
+    vEdges_ = fresh();
+    cMask_ = constant(every_ - 1);
+    Emit(globals_, SpvOpTypePointer, {tPtrPriv, SpvStorageClassPrivate, tUint_});
+    Emit(globals_, SpvOpVariable, {tPtrPriv, vEdges_, SpvStorageClassPrivate, c0_});
+    EmitStr(names_, SpvOpName, {vEdges_}, "vugpu_backedges");
+  }
   if (!detect_) return;
   uint32_t n = std::clamp<uint32_t>(lim_.maxWgInvocations, 1, 4096);
   cN_ = constant(n);
@@ -612,14 +637,39 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     Words fin(m_.w + m_.insts[t].off, m_.w + m_.insts[t].off + m_.insts[t].wc);
     bool backEdge = false;
     uint32_t doWhileExit = 0, doWhileCond = 0;  // do-while back-edge: cond true continues
+    // The periodic check (every_ > 1; see the top): the back-edge moves to a new block M after
+    // the selection; `w` is where what needs `ok` goes (M's body, or this block).
+    const bool periodic = every_ > 1 && b.mergeInst == UINT32_MAX;
+    Words mBody;
+    Words& w = periodic ? mBody : v;
+    uint32_t mLabel = 0, lLabel = 0, due = 0, cwLoad = 0;
+    auto checkOk = [&](uint32_t header) -> uint32_t {
+      if (!periodic) return backEdgeOk(v, header);
+      uint32_t n = fresh(), n1 = fresh(), lo = fresh(), cw = fresh(), ok = fresh();
+      due = fresh();
+      cwLoad = fresh();
+      lLabel = fresh();
+      mLabel = fresh();
+      Emit(v, SpvOpLoad, {tUint_, n, vEdges_});
+      Emit(v, SpvOpIAdd, {tUint_, n1, n, c1_});
+      Emit(v, SpvOpStore, {vEdges_, n1});
+      Emit(v, SpvOpBitwiseAnd, {tUint_, lo, n1, cMask_});
+      Emit(v, SpvOpIEqual, {tBool_, due, lo, c0_});
+      Emit(mBody, SpvOpPhi, {tUint_, cw, cwLoad, lLabel, c0_, b.label});
+      Emit(mBody, SpvOpIEqual, {tBool_, ok, cw, c0_});
+      // Edges that left this block now leave M.
+      renames.push_back({header, b.label, mLabel});
+      return ok;
+    };
+    auto newEdgeFrom = [&]() { return periodic ? mLabel : b.label; };
     if (op == SpvOpBranch) {
       uint32_t target = m_.at(t, 1);
       if (isChecked(target, p)) {
         uint32_t merge = loops[loopOfHeader[target]].merge;
-        uint32_t ok = backEdgeOk(v, target);
+        uint32_t ok = checkOk(target);
         fin.clear();
         Emit(fin, SpvOpBranchConditional, {ok, target, merge});
-        newEdges.push_back({merge, b.label});
+        newEdges.push_back({merge, newEdgeFrom()});
         backEdge = true;
       }
     } else if (op == SpvOpBranchConditional) {
@@ -629,22 +679,24 @@ Failure Rewriter::rewriteFunction(const Function& f) {
         backEdge = true;
         uint32_t header = h1 ? t1 : t2;
         uint32_t merge = loops[loopOfHeader[header]].merge;
-        uint32_t ok = backEdgeOk(v, header);
+        uint32_t ok = checkOk(header);
         fin.clear();
         if (t1 == t2) {
           Emit(fin, SpvOpBranchConditional, {ok, header, merge});
-          newEdges.push_back({merge, b.label});
+          newEdges.push_back({merge, newEdgeFrom()});
         } else if (h1 && !h2 && t2 == merge) {
           uint32_t c2 = fresh();
-          Emit(v, SpvOpLogicalAnd, {tBool_, c2, cond, ok});
+          Emit(w, SpvOpLogicalAnd, {tBool_, c2, cond, ok});
           if (m_.insts[t].wc == 6) Emit(fin, SpvOpBranchConditional, {c2, t1, t2, m_.at(t, 4), m_.at(t, 5)});
           else Emit(fin, SpvOpBranchConditional, {c2, t1, t2});
+          if (periodic) renames.push_back({merge, b.label, mLabel});
           doWhileExit = merge;
           doWhileCond = cond;
         } else if (h2 && !h1 && t1 == merge) {
           uint32_t nc = fresh(), c2 = fresh();
-          Emit(v, SpvOpLogicalNot, {tBool_, nc, cond});
-          Emit(v, SpvOpLogicalAnd, {tBool_, c2, nc, ok});
+          Emit(w, SpvOpLogicalNot, {tBool_, nc, cond});
+          Emit(w, SpvOpLogicalAnd, {tBool_, c2, nc, ok});
+          if (periodic) renames.push_back({merge, b.label, mLabel});
           if (m_.insts[t].wc == 6) Emit(fin, SpvOpBranchConditional, {c2, t2, t1, m_.at(t, 5), m_.at(t, 4)});
           else Emit(fin, SpvOpBranchConditional, {c2, t2, t1});
           doWhileExit = merge;
@@ -661,6 +713,21 @@ Failure Rewriter::rewriteFunction(const Function& f) {
                                    " is an OpSwitch"};
     }
 
+    if (periodic && backEdge) {
+      // B ends in the selection; L loads the word; M takes the (rewritten) back-edge branch.
+      Words sel;
+      uint32_t pc = fresh();
+      Emit(sel, SpvOpSelectionMerge, {mLabel, SpvSelectionControlMaskNone});
+      Emit(sel, SpvOpBranchConditional, {due, lLabel, mLabel});
+      Emit(sel, SpvOpLabel, {lLabel});
+      Emit(sel, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
+      Emit(sel, SpvOpAtomicLoad, {tUint_, cwLoad, pc, cScope_, c0_});
+      Emit(sel, SpvOpBranch, {mLabel});
+      Emit(sel, SpvOpLabel, {mLabel});
+      sel.insert(sel.end(), mBody.begin(), mBody.end());
+      sel.insert(sel.end(), fin.begin(), fin.end());
+      fin = std::move(sel);
+    }
     Words tail;  // a block added after this one (a split edge)
     if (detectHere) {
       // What taking an edge to `target` does to the tag: leave a loop (restore its parent tag),
@@ -830,6 +897,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
 Failure Rewriter::patchEntryPoints() {
   std::vector<uint32_t> ours{vCtl_};
   if (detect_) ours.insert(ours.end(), {vTags_, vSlot_, vCut_, vLocalIndex_});
+  if (vEdges_) ours.push_back(vEdges_);
   // Before SPIR-V 1.4 the interface lists only Input/Output variables.
   if (m_.version < 0x00010400) ours = detect_ ? std::vector<uint32_t>{vLocalIndex_} : std::vector<uint32_t>{};
   if (ours.empty()) return {};
@@ -848,6 +916,11 @@ Failure Rewriter::patchEntryPoints() {
 
 Failure Rewriter::run(Words* out) {
   detect_ = lim_.loopLimit > 0;
+  if (!detect_ && !lim_.cancelLoadEarly) {
+    uint32_t e = lim_.cancelEvery ? lim_.cancelEvery : kCancelEvery;
+    every_ = 1;
+    while (every_ * 2 <= std::min<uint32_t>(e, kMaxCancelEvery)) every_ *= 2;  // a power of two
+  }
   if (!detect_) {
     // Functions with a loop, then their callers, to a fixed point (no recursion in SPIR-V).
     for (const Function& f : a_.functions)

@@ -5,7 +5,7 @@
 // queue when the device has one, ordered by semaphores. Timed per repetition: wall time from
 // submit to fence, and the dispatch alone (timestamps). Synchronous (a benchmark tool).
 // With `control: true` the module is one the engine rewrote (programPrepare): it also binds the
-// rewrite's control block (set 1, binding 0: { cancel = 0, status }) as the engine does, so the
+// rewrite's control block (set 1, binding 0: { cancel = 0, or 1 with `cancelled`, status }) as the engine does, so the
 // rewrite's cost is measured on exactly this path (bench/rewrite-cost.ts); `entry` names the entry
 // point (default "main"). `variants: [{words, entry}]` are further modules on the same layout,
 // buffers and copies, run in turn with the main one in every repetition (the order rotates), so
@@ -84,6 +84,8 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   if (!o.Get("reps").IsUndefined() && !addon::ValueInt(env, o.Get("reps"), "reps", 1, 1000, &reps))
     return env.Undefined();
   const bool control = o.Get("control").ToBoolean().Value();
+  // Tests: the cancel word is already set when the launch starts (how far a program runs then).
+  const uint32_t cancelWord = control && o.Get("cancelled").ToBoolean().Value() ? 1 : 0;
   std::string entry = "main";
   if (o.Get("entry").IsString()) entry = o.Get("entry").As<Napi::String>().Utf8Value();
   struct Variant {
@@ -198,7 +200,8 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
   if (control) {
     std::string err;
     if (!(ob.lane = c.AcquireLane(&err))) return fail("lane: " + err);
-    ob.lane->controlWords[0] = ob.lane->controlWords[1] = 0;
+    ob.lane->controlWords[0] = cancelWord;
+    ob.lane->controlWords[1] = 0;
   }
   VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n + (control ? 1 : 0)};
   VkDescriptorPoolCreateInfo dp{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
@@ -334,7 +337,7 @@ Napi::Value DirectRunJs(const Napi::CallbackInfo& info) {
       const uint32_t v = uint32_t((k + uint64_t(rep)) % nv);
       VkCommandBuffer comp = comps[v];
       f.vkResetFences(d, 1, &ob.fence);
-      if (control) ob.lane->controlWords[0] = ob.lane->controlWords[1] = 0;
+      if (control) ob.lane->controlWords[0] = cancelWord, ob.lane->controlWords[1] = 0;
       uint64_t t0 = NowNs();
       if (xq) {
         const VkPipelineStageFlags ws[2] = {VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT};
