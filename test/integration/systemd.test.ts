@@ -53,6 +53,9 @@ describe.skipIf(why !== null)(`vugpu under a real systemd${why ? ` (skipped: thi
     const security = await c.sh('systemd-analyze security vugpu --no-pager | tail -1');
     const exposure = Number(/exposure level for vugpu\.service: ([\d.]+)/.exec(security)?.[1]);
     expect(exposure, security).toBeLessThan(3);
+    // Mesa's shader cache: the service's own cache directory (not the setup cache), in its env.
+    expect((await c.sh('stat -c %F /var/cache/vugpu-shaders')).trim()).toBe('directory');
+    expect(fs.readFileSync(c.hostPath(`/proc/${pid1}/environ`), 'utf8').split('\0')).toContain('MESA_SHADER_CACHE_DIR=/var/cache/vugpu-shaders');
 
     // The README's control lines, verbatim (the VM they add is drained at the end of them).
     const ctl = await c.sh(`set -e\n${readmeBlock('ctl')}`);
