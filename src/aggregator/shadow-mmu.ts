@@ -7,6 +7,7 @@
 // Read-only is preserved (and added when the DMA map is read-only). Channels naming the same
 // guest page directory share one shadow. PV spaces (§9 SET_PGD) are host-owned from the start
 // and only change through validated MAP/UNMAP hypercalls.
+import { Buffer } from 'node:buffer';
 import type { Logger } from '../log.ts';
 import type { Vram } from '../gpu/vram.ts';
 import type { RangeAllocator } from './alloc.ts';
@@ -25,6 +26,22 @@ const LARGE_PT_SIZE = LARGE_PT_ENTRIES * 8;
 const EINVAL = 22;
 const EFAULT = 14;
 const ENOMEM = 12;
+/**
+ * Entries (one 4 KiB page of them) that the scans skip whole when guest and shadow are both all
+ * zero, checked with a native memcmp. Nearly every entry is absent, and a per-entry loop over
+ * 8192 PDEs and 32768 PTEs costs a fresh server's first context 2–5 ms before V8 has compiled it
+ * (measured: a cold first rebuild 3.6 ms, warm 0.2 ms) — the first benchmark of every fv boot.
+ */
+const SCAN_BLOCK = 512;
+const ZERO_BLOCK = Buffer.alloc(SCAN_BLOCK * 8);
+
+/** Entries [first, first + SCAN_BLOCK) of a table's bytes are all zero. */
+function zeroBlock(bytes: Buffer, first: number): boolean {
+  const off = first * 8;
+  return bytes.compare(ZERO_BLOCK, 0, ZERO_BLOCK.length, off, off + ZERO_BLOCK.length) === 0;
+}
+
+const bytesOf = (v: Uint32Array): Buffer => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 
 /** The VM's VRAM slice: guest VRAM address a is engine VRAM address base + a, for a < size. */
 export interface Slice {
@@ -152,43 +169,56 @@ export class ShadowMmu {
     this.pdScratch ??= new Uint8Array(PD_SIZE);
     const gpd = this.readGuest(sp.target, sp.addr, PD_SIZE, ranges, this.pdScratch);
     const spd = this.entries(sp.pd, PD_ENTRIES);
-    for (let pdi = 0; pdi < PD_ENTRIES; pdi++) {
-      const lo = gpd ? gpd[2 * pdi]! : 0;
-      // Fast path: absent in both (a shadow table exists only behind a present shadow PDE), as
-      // nearly all of the 8192 PDEs are.
-      if ((lo & PDE_PRESENT) === 0 && spd[2 * pdi] === 0 && spd[2 * pdi + 1] === 0) continue;
-      const hi = gpd ? gpd[2 * pdi + 1]! : 0;
-      let pde = 0;
-      const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
-      if ((lo & PDE_PRESENT) !== 0 && (lo & PDE_RESERVED) === 0 && target !== 1) {
-        const large = (lo & PDE_LARGE) !== 0;
-        const n = large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
-        const ptAddr = ((lo & 0xfffff000) >>> 0) + hi * TWO32;
-        this.ptScratch ??= new Uint8Array(SMALL_PT_SIZE);
-        const gpt = this.readGuest(target, ptAddr, n * 8, ranges, this.ptScratch);
-        if (gpt) {
-          const t = this.table(sp, pdi, large);
-          if (t) {
-            this.fillTable(t, gpt, ranges);
-            pde = t.addr + PDE_PRESENT + (large ? PDE_LARGE : 0);
-          }
-        }
-      }
-      if (pde === 0 && sp.tables[pdi]) this.dropTable(sp, pdi);
-      this.put(spd, pdi, pde);
+    const gBytes = gpd ? bytesOf(gpd) : null;
+    const sBytes = bytesOf(spd);
+    for (let block = 0; block < PD_ENTRIES; block += SCAN_BLOCK) {
+      if ((gBytes === null || zeroBlock(gBytes, block)) && zeroBlock(sBytes, block)) continue;
+      for (let pdi = block; pdi < block + SCAN_BLOCK; pdi++) this.rebuildPde(sp, pdi, gpd, spd, ranges);
     }
     env.rebuilt?.(env.counters.shadowPtesWritten - written, sp.addr);
+  }
+
+  /** One PDE of a rebuild: its shadow table filled from the guest's, or the PDE cleared. */
+  private rebuildPde(sp: ShadowSpace, pdi: number, gpd: Uint32Array | null, spd: Uint32Array, ranges: GuestRanges): void {
+    const lo = gpd ? gpd[2 * pdi]! : 0;
+    // Fast path: absent in both (a shadow table exists only behind a present shadow PDE), as
+    // nearly all of the 8192 PDEs are.
+    if ((lo & PDE_PRESENT) === 0 && spd[2 * pdi] === 0 && spd[2 * pdi + 1] === 0) return;
+    const hi = gpd ? gpd[2 * pdi + 1]! : 0;
+    let pde = 0;
+    const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
+    if ((lo & PDE_PRESENT) !== 0 && (lo & PDE_RESERVED) === 0 && target !== 1) {
+      const large = (lo & PDE_LARGE) !== 0;
+      const n = large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
+      const ptAddr = ((lo & 0xfffff000) >>> 0) + hi * TWO32;
+      this.ptScratch ??= new Uint8Array(SMALL_PT_SIZE);
+      const gpt = this.readGuest(target, ptAddr, n * 8, ranges, this.ptScratch);
+      if (gpt) {
+        const t = this.table(sp, pdi, large);
+        if (t) {
+          this.fillTable(t, gpt, ranges);
+          pde = t.addr + PDE_PRESENT + (large ? PDE_LARGE : 0);
+        }
+      }
+    }
+    if (pde === 0 && sp.tables[pdi]) this.dropTable(sp, pdi);
+    this.put(spd, pdi, pde);
   }
 
   /** Shadow every entry of one guest table into t. */
   private fillTable(t: ShadowTable, gpt: Uint32Array, ranges: GuestRanges): void {
     const n = t.large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
     const spt = this.entries(t.addr, n);
-    for (let i = 0; i < n; i++) {
-      const lo = gpt[2 * i]!;
-      // Fast path: absent in both.
-      if ((lo & PTE_PRESENT) === 0 && spt[2 * i] === 0 && spt[2 * i + 1] === 0) continue;
-      this.put(spt, i, this.shadowPte(lo, gpt[2 * i + 1]!, t.large, ranges));
+    const gBytes = bytesOf(gpt);
+    const sBytes = bytesOf(spt);
+    for (let block = 0; block < n; block += SCAN_BLOCK) {
+      if (zeroBlock(gBytes, block) && zeroBlock(sBytes, block)) continue;
+      for (let i = block; i < block + SCAN_BLOCK; i++) {
+        const lo = gpt[2 * i]!;
+        // Fast path: absent in both.
+        if ((lo & PTE_PRESENT) === 0 && spt[2 * i] === 0 && spt[2 * i + 1] === 0) continue;
+        this.put(spt, i, this.shadowPte(lo, gpt[2 * i + 1]!, t.large, ranges));
+      }
     }
   }
 
