@@ -24,6 +24,7 @@ import path from 'node:path';
 import { Engine } from '../src/gpu/engine.ts';
 import { HostDriver, type HostChannel, type ProgramModule } from '../src/gpu/host-driver/driver.ts';
 import { jobPool } from '../src/gpu/jobs.ts';
+import { native } from '../src/native.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { guest, host } from '../test/aggregator/harness.ts';
@@ -274,7 +275,9 @@ async function main(): Promise<void> {
     ...(() => {
       const st = result.nopStages as Record<string, { p50Us: number; switchesPerLaunch: number }>;
       return [['NOP p50 µs, engine (bare)', st.program!.p50Us.toFixed(1), st.builtin!.p50Us.toFixed(1), `switches/launch ${st.program!.switchesPerLaunch.toFixed(1)} / ${st.builtin!.switchesPerLaunch.toFixed(1)}`],
-        ['NOP p50 µs, native pool only', st.poolDispatch!.p50Us.toFixed(1), st.poolKernel!.p50Us.toFixed(1), `switches/launch ${st.poolDispatch!.switchesPerLaunch.toFixed(1)} / ${st.poolKernel!.switchesPerLaunch.toFixed(1)}`]];
+        ['NOP p50 µs, native pool only', st.poolDispatch!.p50Us.toFixed(1), st.poolKernel!.p50Us.toFixed(1), `switches/launch ${st.poolDispatch!.switchesPerLaunch.toFixed(1)} / ${st.poolKernel!.switchesPerLaunch.toFixed(1)}`],
+        ['NOP program dispatch µs (pool thread)', Object.entries((st.program as { dispatchPhasesMeanUs?: Record<string, number> }).dispatchPhasesMeanUs ?? {})
+          .map(([k, v]) => `${k.replace(/Us$/, '')} ${v.toFixed(1)}`).join(', '), '', '']];
     })(),
     ['vecadd ms', fmt((result.vecadd as { programMs: number }).programMs), fmt((result.vecadd as { builtinMs: number | null }).builtinMs), ''],
     ['canary NOP p50 µs, flood/solo', ((result.flood as { canaryDuringFlood: Lat }).canaryDuringFlood.p50Us).toFixed(1), ((result.flood as { canarySolo: Lat }).canarySolo.p50Us).toFixed(1), `${(result.flood as { ratioP50: number }).ratioP50.toFixed(2)}×`],
@@ -330,25 +333,40 @@ async function nopStages(backend: VulkanBackend, nopSpv: Uint8Array): Promise<un
   };
   for (const f of Object.values(paths)) await f();
   const samples: Record<string, number[]> = {}, sw: Record<string, number> = {};
-  for (const k of Object.keys(paths)) { samples[k] = []; sw[k] = 0; }
+  // The pool thread's time per Vulkan dispatch by phase (vulkanStats().dispatchPhases), summed
+  // over the blocks of each path that dispatches.
+  type Phases = ReturnType<typeof native.vulkanStats>['dispatchPhases'];
+  const phaseSum: Record<string, Phases> = {};
+  const zero = (): Phases => ({ dispatches: 0, setupNs: 0, recordNs: 0, queueSubmitNs: 0, waitNs: 0, finishNs: 0 });
+  for (const k of Object.keys(paths)) { samples[k] = []; sw[k] = 0; phaseSum[k] = zero(); }
   for (let done = 0; done < NOPS; done += BLOCK) {
     for (const [k, f] of Object.entries(paths)) {
       const s0 = switches();
+      const p0 = native.vulkanStats().dispatchPhases;
       for (let i = 0; i < BLOCK; i++) {
         const t0 = now();
         await f();
         samples[k]!.push(us(now() - t0));
       }
       sw[k]! += switches() - s0;
+      const p1 = native.vulkanStats().dispatchPhases;
+      for (const x of Object.keys(p1) as (keyof Phases)[]) phaseSum[k]![x] += p1[x] - p0[x];
     }
   }
   cache.dropOwner(owner);
   engine.close();
   const out: Record<string, unknown> = {};
-  for (const k of Object.keys(paths)) out[k] = { ...lat(samples[k]!), switchesPerLaunch: sw[k]! / samples[k]!.length };
+  for (const k of Object.keys(paths)) {
+    const ph = phaseSum[k]!;
+    const perDispatch = ph.dispatches > 0
+      ? { setupUs: ph.setupNs / ph.dispatches / 1e3, recordUs: ph.recordNs / ph.dispatches / 1e3, queueSubmitUs: ph.queueSubmitNs / ph.dispatches / 1e3,
+          waitUs: ph.waitNs / ph.dispatches / 1e3, finishUs: ph.finishNs / ph.dispatches / 1e3 }
+      : undefined;
+    out[k] = { ...lat(samples[k]!), switchesPerLaunch: sw[k]! / samples[k]!.length, ...(perDispatch ? { dispatchPhasesMeanUs: perDispatch } : {}) };
+  }
   const p50 = (k: string) => quantile(samples[k]!, 0.5);
   return {
-    what: 'NOP launch→fence p50 through the engine (builtin, program) and straight through the native pool (poolKernel, poolDispatch), bare engine, interleaved blocks',
+    what: 'NOP launch→fence p50 through the engine (builtin, program) and straight through the native pool (poolKernel, poolDispatch), bare engine, interleaved blocks; dispatchPhasesMeanUs: the pool thread\'s time per Vulkan dispatch (setup = lane, imports, staging, descriptors; record; vkQueueSubmit; wait for the fence; finish = timestamps, write-back)',
     ...out,
     deviceAddsUs: p50('poolDispatch') - p50('poolKernel'),
     engineBuiltinUs: p50('builtin') - p50('poolKernel'),

@@ -131,10 +131,14 @@ export interface VulkanAddon {
   /** Drop the device and every program slot (freed once running jobs end). */
   vulkanClose(): void;
   /** Counters since load: imports (new host imports; importHits = reuses of a cached one), the
-   * device-memory path's copies, streamed panels, device losses and rebuilds. */
+   * device-memory path's copies, streamed panels, device losses and rebuilds; dispatchPhases:
+   * where the pool thread's time per dispatch went (sums: setup = lane, imports, staging and
+   * descriptors; record; queueSubmit = vkQueueSubmit; wait = until the fence; finish =
+   * timestamps and write-back). */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
     bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; generation: number; computeNs: number;
+    dispatchPhases: { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number };
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;

@@ -449,6 +449,12 @@ void main() { if (gl_GlobalInvocationID.x == 0xffffffffu) o[0] = 1u; }`));
       dev.push(r.deviceNs / 1000);
     }
     const s1 = native.vulkanStats();
+    // Every dispatch is counted once in the phase sums, and the phases fit in the launches' time.
+    const ph = (k: keyof typeof s1.dispatchPhases) => s1.dispatchPhases[k] - s0.dispatchPhases[k];
+    expect(ph('dispatches')).toBe(1000);
+    for (const k of ['setupNs', 'recordNs', 'queueSubmitNs', 'waitNs'] as const) expect(ph(k)).toBeGreaterThan(0);
+    const phaseUs = (ph('setupNs') + ph('recordNs') + ph('queueSubmitNs') + ph('waitNs') + ph('finishNs')) / 1000;
+    expect(phaseUs).toBeLessThanOrEqual(lat.reduce((a, b) => a + b, 0));
     const med = (v: number[]): number => [...v].sort((x, y) => x - y)[v.length >> 1];
     const p99 = (v: number[]): number => [...v].sort((x, y) => x - y)[Math.floor(v.length * 0.99)];
     const perImport = (s1.importNs - s0.importNs) / (s1.imports - s0.imports) / 1000;

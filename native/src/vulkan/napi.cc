@@ -513,6 +513,14 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("rebuilds", double(s.rebuilds.load()));
   o.Set("warmUps", double(s.warmUps.load()));
   o.Set("kSlices", double(s.kSlices.load()));
+  Napi::Object ph = Napi::Object::New(env);
+  ph.Set("dispatches", double(s.dispatches.load()));
+  ph.Set("setupNs", double(s.setupNs.load()));
+  ph.Set("recordNs", double(s.recordNs.load()));
+  ph.Set("queueSubmitNs", double(s.queueSubmitNs.load()));
+  ph.Set("waitNs", double(s.waitNs.load()));
+  ph.Set("finishNs", double(s.finishNs.load()));
+  o.Set("dispatchPhases", ph);
   o.Set("computeNs", double(s.computeNs.load()));
   std::shared_ptr<Context> c = Ctx();
   o.Set("generation", double(c ? c->generation : 0));

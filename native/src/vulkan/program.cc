@@ -848,6 +848,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   f.vkResetFences(c.device, 1, &lane->fence);
   bool submitted = false;
   uint64_t up = 0, down = 0, zeroed = 0, submitNs = 0;
+  const uint64_t recordNs = NowNs();
   // Small staged launches (most of the GPUvm benchmarks, NOP) copy on the compute queue in the
   // same command buffer: one submission, no cross-queue semaphores (their latency is more than
   // the copies). Large ones use the copy engines, in panels where the plan allows.
@@ -1062,6 +1063,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     }
   }
 
+  const uint64_t submittedNs = NowNs();
   bool cancelled = false;
   // A GPU finishes short launches in microseconds: poll briefly before sleeping in the driver
   // (H100: empty launch 44 → 22 µs). Not on a CPU device, whose threads need the cores.
@@ -1132,8 +1134,16 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     devNs = CpuDeviceNs(submitNs, doneNs);
     GetImportStats().computeNs += devNs;
   }
-  if ((!haveTs && !di.cpuDevice) || staged) devNs = NowNs() - wall0;
+  const uint64_t endNs = NowNs();
+  if ((!haveTs && !di.cpuDevice) || staged) devNs = endNs - wall0;
   *ns = std::max<uint64_t>(devNs, 1);
+  ImportStats& S = GetImportStats();
+  S.dispatches++;
+  S.setupNs += recordNs - wall0;
+  S.recordNs += submitNs - recordNs;
+  S.queueSubmitNs += submittedNs - submitNs;
+  S.waitNs += doneNs - submittedNs;
+  S.finishNs += endNs - doneNs;
   return st;
 }
 

@@ -280,9 +280,13 @@ struct ImportStats {
   std::atomic<uint64_t> uploadBytes{0}, downloadBytes{0}, bounceBytes{0}, panels{0};
   std::atomic<uint64_t> zeroedBytes{0};  // overwritten bindings zero-filled on the device, not uploaded
   std::atomic<uint64_t> rebuilds{0}, losses{0};
-  std::atomic<uint64_t> warmUps{0};
-  std::atomic<uint64_t> kSlices{0};  // first panels run as slices of k (KStream)  // new pipelines dispatched once on the warm-up device (CPU devices)
+  std::atomic<uint64_t> warmUps{0};  // new pipelines dispatched once on the warm-up device (CPU devices)
+  std::atomic<uint64_t> kSlices{0};  // first panels run as slices of k (KStream)
   std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
+  // Where a dispatch's wall time goes on the pool thread (sums over `dispatches`): lane,
+  // imports, staging and descriptors; recording; vkQueueSubmit; until the fence; timestamps
+  // and write-back after it.
+  std::atomic<uint64_t> dispatches{0}, setupNs{0}, recordNs{0}, queueSubmitNs{0}, waitNs{0}, finishNs{0};
 };
 
 // Engine windows (native/src/memory.cc tells us): an import of a range inside a live window may
