@@ -128,12 +128,15 @@ interface FdHolder {
 export class FdDepot {
   readonly held = new Map<string, number>();
   holder: FdHolder | null;
+  /** Keys dropped here whose holder copy must outlive the committed checkpoint naming them. */
+  private readonly retiring = new Set<string>();
 
   constructor(holder: FdHolder | null) {
     this.holder = holder;
   }
 
   put(key: string, fd: number): void {
+    this.retiring.delete(key);
     this.held.set(key, fd);
     this.holder?.put(key, fd);
   }
@@ -141,6 +144,24 @@ export class FdDepot {
   remove(key: string): void {
     if (!this.held.delete(key)) return;
     this.holder?.remove([key]);
+  }
+
+  /**
+   * A guest dropped the file behind key (a DMA unmap, an eventfd replaced): this process forgets
+   * its fd now (it is closed next), but the holder keeps its copy until commitRetired() — after
+   * a checkpoint without it is committed. Until then the committed checkpoint may still name
+   * it, and a successor started from that checkpoint must find it.
+   */
+  retire(key: string): void {
+    if (!this.held.delete(key)) return;
+    this.retiring.add(key);
+  }
+
+  /** A checkpoint was committed: drop the holder's copies of the keys retired before it. */
+  commitRetired(): void {
+    if (this.retiring.size === 0) return;
+    this.holder?.remove([...this.retiring]);
+    this.retiring.clear();
   }
 
   /** After a new keeper came up: deposit everything again. */
@@ -421,13 +442,15 @@ export class RestartableServer {
     const dev = this.vugpu.vms.get(name)?.device;
     if (!dev) return;
     this.hooked.add(name);
+    // A file the guest drops stays with the holder until a checkpoint without it is committed
+    // (FdDepot.retire): a kill between the drop and that commit leaves a checkpoint that names it.
     dev.dma.fileHook = (ev, id, fd) => {
       if (ev === 'open') this.depot.put(dmaFdName(name, id), fd);
-      else this.depot.remove(dmaFdName(name, id));
+      else this.depot.retire(dmaFdName(name, id));
     };
     dev.irq.fdHook = (index, vector, fd) => {
       if (fd >= 0) this.depot.put(irqFdName(name, index, vector), fd);
-      else this.depot.remove(irqFdName(name, index, vector));
+      else this.depot.retire(irqFdName(name, index, vector));
     };
   }
 
@@ -573,6 +596,7 @@ export class RestartableServer {
       committed: () => {
         this.firstWritePending = false;
         for (const chid of this.idleAtCheckpoint) this.journal.channelActive[chid] = 0;
+        this.depot.commitRetired();
       },
     });
     // The engine may start work on a channel only through a kick (doorbell, runlist, enable,

@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { Keeper } from '../../src/persist/keeper.ts';
 import { KeeperClient, KeeperRefused, type Attached } from '../../src/persist/keeper-client.ts';
+import { FdDepot } from '../../src/persist/serve.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
@@ -66,6 +67,36 @@ async function until(cond: () => boolean, ms = 5000): Promise<void> {
 }
 
 describe('fd keeper', () => {
+  it('a file the guest dropped stays with the keeper until the next committed checkpoint (FdDepot.retire)', async () => {
+    const k = startKeeper();
+    const a = client(k);
+    await a.hello('server');
+    const depot = new FdDepot(a);
+    const fd1 = memfdWith('one');
+    const fd2 = memfdWith('two');
+    depot.put('dma:vm0:1', fd1);
+    depot.put('irq:vm0:msix:0', fd2);
+    // Unmapped: this process forgets it at once (its fd is closed next) ...
+    depot.retire('dma:vm0:1');
+    native.close(fd1);
+    expect([...depot.held.keys()]).toEqual(['irq:vm0:msix:0']);
+    // ... but a successor started from the checkpoint before the unmap still finds the file.
+    let got = await a.take();
+    expect([...got.keys()].sort()).toEqual(['dma:vm0:1', 'irq:vm0:msix:0']);
+    expect(contents(got.get('dma:vm0:1')!, 3)).toBe('one');
+    for (const fd of got.values()) native.close(fd);
+    // An eventfd replaced under the same key before the commit: the new one is kept.
+    depot.retire('irq:vm0:msix:0');
+    const fd3 = memfdWith('three');
+    depot.put('irq:vm0:msix:0', fd3);
+    depot.commitRetired();
+    got = await a.take();
+    expect([...got.keys()]).toEqual(['irq:vm0:msix:0']);
+    expect(contents(got.get('irq:vm0:msix:0')!, 5)).toBe('three');
+    for (const fd of [...got.values(), fd2, fd3]) native.close(fd);
+    expect(k.keys()).toEqual(['irq:vm0:msix:0']);
+  });
+
   it('holds deposited fds: a server takes back the same files, removes some, and the rest stay', async () => {
     const k = startKeeper();
     const a = client(k);
