@@ -178,6 +178,34 @@ uint64_t EnvOr(const char* name, uint64_t dflt) {
   return end && *end == 0 && x > 0 ? uint64_t(x) : dflt;
 }
 
+// The lane's two descriptor sets for prog: set 0 binds infos[i] at prog.setBindings[i], set 1
+// the lane's control words (cancel, status). false if the lane's pool could not allocate them.
+bool WriteSets(Context& c, Lane* lane, const Program& prog, const std::vector<VkDescriptorBufferInfo>& infos,
+               VkDescriptorSet sets[2]) {
+  const DeviceFns& f = c.fn;
+  f.vkResetDescriptorPool(c.device, lane->descPool, 0);
+  VkDescriptorSetLayout layouts[2] = {prog.set0, prog.set1};
+  VkDescriptorSetAllocateInfo da{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  da.descriptorPool = lane->descPool;
+  da.descriptorSetCount = 2;
+  da.pSetLayouts = layouts;
+  if (f.vkAllocateDescriptorSets(c.device, &da, sets) != VK_SUCCESS) return false;
+  const VkDescriptorBufferInfo ctl{lane->control, 0, 8};
+  std::vector<VkWriteDescriptorSet> w;
+  for (size_t i = 0; i <= prog.setBindings.size(); i++) {
+    const bool control = i == prog.setBindings.size();
+    VkWriteDescriptorSet x{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    x.dstSet = control ? sets[1] : sets[0];
+    x.dstBinding = control ? spirv::CONTROL_BINDING : prog.setBindings[i];
+    x.descriptorCount = 1;
+    x.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    x.pBufferInfo = control ? &ctl : &infos[i];
+    w.push_back(x);
+  }
+  f.vkUpdateDescriptorSets(c.device, uint32_t(w.size()), w.data(), 0, nullptr);
+  return true;
+}
+
 int LostHere(Context& c, const char* where) {
   int st = MarkLost(c, where);
   RebuildAfterLoss(c);
@@ -613,29 +641,10 @@ void WarmUp(const Context& serving, const spirv::Prepared& pp, const CompileInpu
   Lane* lane = c.AcquireLane(&err);
   if (!lane) return;
   VkDescriptorSet sets[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
-  f.vkResetDescriptorPool(c.device, lane->descPool, 0);
-  VkDescriptorSetLayout layouts[2] = {wp.set0, wp.set1};
-  VkDescriptorSetAllocateInfo da{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  da.descriptorPool = lane->descPool;
-  da.descriptorSetCount = 2;
-  da.pSetLayouts = layouts;
-  bool ok = f.vkAllocateDescriptorSets(c.device, &da, sets) == VK_SUCCESS;
+  // Null descriptors for the guest's bindings: no workgroup runs, nothing is read.
+  const std::vector<VkDescriptorBufferInfo> infos(wp.setBindings.size(), {VK_NULL_HANDLE, 0, VK_WHOLE_SIZE});
+  bool ok = WriteSets(c, lane, wp, infos, sets);
   if (ok) {
-    // Null descriptors for the guest's bindings: no workgroup runs, nothing is read.
-    std::vector<VkDescriptorBufferInfo> infos(wp.setBindings.size(), {VK_NULL_HANDLE, 0, VK_WHOLE_SIZE});
-    std::vector<VkWriteDescriptorSet> wr;
-    for (size_t i = 0; i <= wp.setBindings.size(); i++) {
-      VkWriteDescriptorSet x{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-      x.dstSet = i < wp.setBindings.size() ? sets[0] : sets[1];
-      x.dstBinding = i < wp.setBindings.size() ? wp.setBindings[i] : spirv::CONTROL_BINDING;
-      x.descriptorCount = 1;
-      x.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      x.pBufferInfo = i < wp.setBindings.size() ? &infos[i] : nullptr;
-      wr.push_back(x);
-    }
-    VkDescriptorBufferInfo ctl{lane->control, 0, 8};
-    wr.back().pBufferInfo = &ctl;
-    f.vkUpdateDescriptorSets(c.device, uint32_t(wr.size()), wr.data(), 0, nullptr);
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     f.vkResetCommandPool(c.device, lane->cmdPool, 0);
@@ -807,34 +816,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   }
 
   VkDescriptorSet sets[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
-  f.vkResetDescriptorPool(c.device, lane->descPool, 0);
-  VkDescriptorSetLayout layouts[2] = {prog.set0, prog.set1};
-  VkDescriptorSetAllocateInfo da{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  da.descriptorPool = lane->descPool;
-  da.descriptorSetCount = 2;
-  da.pSetLayouts = layouts;
-  if (f.vkAllocateDescriptorSets(c.device, &da, sets)) return -ENOMEM;
-  {
-    std::vector<VkWriteDescriptorSet> w;
-    for (size_t i = 0; i < prog.setBindings.size(); i++) {
-      VkWriteDescriptorSet x{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-      x.dstSet = sets[0];
-      x.dstBinding = prog.setBindings[i];
-      x.descriptorCount = 1;
-      x.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      x.pBufferInfo = &R.infos[i];
-      w.push_back(x);
-    }
-    VkDescriptorBufferInfo ctl{lane->control, 0, 8};
-    VkWriteDescriptorSet x{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-    x.dstSet = sets[1];
-    x.dstBinding = spirv::CONTROL_BINDING;
-    x.descriptorCount = 1;
-    x.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    x.pBufferInfo = &ctl;
-    w.push_back(x);
-    f.vkUpdateDescriptorSets(c.device, uint32_t(w.size()), w.data(), 0, nullptr);
-  }
+  if (!WriteSets(c, lane, prog, R.infos, sets)) return -ENOMEM;
   // Host writes before vkQueueSubmit are visible to the device (submission's implicit host
   // write ordering).
   lane->controlWords[0] = 0;
