@@ -65,6 +65,13 @@ struct vg_vm_ops {
 	int (*unmap)(struct vg_vm *vm, u64 va, u32 count);
 	/* Make preceding map/unmap calls visible to the device (TLB flush). */
 	int (*flush)(struct vg_vm *vm);
+	/*
+	 * Optional, one call each (PV 3): allocate count 4 KiB pages of VRAM aligned to align and
+	 * map them at va, visible at once (*addr = the VRAM address); unmap and free them. Both
+	 * return -EOPNOTSUPP where the path cannot: the core then uses alloc + map, unmap + free.
+	 */
+	int (*alloc_map)(struct vg_vm *vm, u64 va, u32 count, u64 align, u64 pte_flags, u64 *addr);
+	int (*unmap_free)(struct vg_vm *vm, u64 va, u32 count, u64 addr);
 	/* Release the page tables (the PD itself is freed by the core). */
 	void (*fini)(struct vg_vm *vm);
 	/* Unmap every buffer before the VM goes away (PV: the host owns the tables). */

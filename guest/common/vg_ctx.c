@@ -117,6 +117,60 @@ static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base
 	return ret;
 }
 
+/* Allocate bo's VRAM and map it in one call where the path can (PV 3); else -EOPNOTSUPP. */
+static int bo_alloc_map(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_dev *d = c->dev;
+	u64 flags = VG_ENTRY_TARGET(VG_TARGET_VRAM) | ((bo->flags & VUGPU_MEM_READ_ONLY) ? VG_PTE_READ_ONLY : 0);
+	int ret;
+
+	if (!d->vm_ops->alloc_map || bo->large)
+		return -EOPNOTSUPP;
+	bo->va_size = bo->size + VG_PAGE_SIZE; /* guard page */
+	ret = vg_ralloc_alloc(&c->vm.va, bo->va_size, VG_PAGE_SIZE, &bo->va);
+	if (ret)
+		return ret;
+	vg_lock(d);
+	ret = d->vm_ops->alloc_map(&c->vm, bo->va, (u32)(bo->size / VG_PAGE_SIZE), VG_PAGE_SIZE, flags, &bo->vram_addr);
+	if (!ret)
+		d->vram_used += bo->size;
+	vg_unlock(d);
+	if (ret) {
+		vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
+		bo->va = 0;
+	}
+	return ret;
+}
+
+/*
+ * Unmap bo's VRAM and free it in one call where the path can (PV 3) and no submitted work can
+ * still use it (the seq check and a submission are both under the lock); else -EOPNOTSUPP or
+ * -EBUSY and nothing changed.
+ */
+static int bo_unmap_free(struct vg_ctx *c, struct vg_bo *bo)
+{
+	struct vg_dev *d = c->dev;
+	int ret;
+
+	if (!d->vm_ops->unmap_free || bo->sysmem || bo->large || !bo->va)
+		return -EOPNOTSUPP;
+	vg_lock(d);
+	if (c->bound && !vg_ctx_seq_done(c, c->seq)) {
+		vg_unlock(d);
+		return -EBUSY;
+	}
+	ret = d->vm_ops->unmap_free(&c->vm, bo->va, (u32)(bo->size / VG_PAGE_SIZE), bo->vram_addr);
+	if (!ret)
+		d->vram_used -= bo->size;
+	vg_unlock(d);
+	if (ret)
+		return ret;
+	vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
+	bo->va = 0;
+	c->vram_bytes -= bo->size; /* the caller frees bo itself */
+	return 0;
+}
+
 static void bo_unmap(struct vg_ctx *c, struct vg_bo *bo)
 {
 	struct vg_dev *d = c->dev;
@@ -183,16 +237,24 @@ static int bo_new_vram(struct vg_ctx *c, u64 size, u32 flags, bool internal, str
 	bo->size = VG_ALIGN_UP(size, bo->large ? VG_LARGE_PAGE_SIZE : VG_PAGE_SIZE);
 	bo->flags = flags;
 	bo->internal = internal;
-	ret = vg_vram_alloc(c->dev, bo->size, bo->large ? VG_LARGE_PAGE_SIZE : VG_PAGE_SIZE, &bo->vram_addr);
-	if (ret) {
+	ret = bo_alloc_map(c, bo);
+	if (ret == -EOPNOTSUPP) {
+		ret = vg_vram_alloc(c->dev, bo->size, bo->large ? VG_LARGE_PAGE_SIZE : VG_PAGE_SIZE, &bo->vram_addr);
+		if (ret) {
+			vg_os_free(bo);
+			return ret;
+		}
+		c->vram_bytes += bo->size;
+		ret = bo_map(c, bo, NULL, bo->vram_addr, VG_TARGET_VRAM);
+		if (ret) {
+			bo_release(c, bo);
+			return ret;
+		}
+	} else if (ret) {
 		vg_os_free(bo);
 		return ret;
-	}
-	c->vram_bytes += bo->size;
-	ret = bo_map(c, bo, NULL, bo->vram_addr, VG_TARGET_VRAM);
-	if (ret) {
-		bo_release(c, bo);
-		return ret;
+	} else {
+		c->vram_bytes += bo->size;
 	}
 	bo_link(c, bo);
 	*out = bo;
@@ -640,6 +702,11 @@ int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo)
 		bo->clear_pending = false;
 		vg_unlock(d);
 	}
+	if (bo_unmap_free(c, bo) == 0) { /* idle: one call (PV 3) */
+		bo_unlink(c, bo);
+		vg_os_free(bo);
+		return 0;
+	}
 	bo_unmap(c, bo);
 	/* work submitted before the free may still use the pages: wait for it */
 	if (c->bound && !vg_ctx_seq_done(c, c->seq)) {
@@ -901,6 +968,10 @@ void vg_ctx_destroy(struct vg_ctx *c)
 	c->nclears = 0;
 	while ((bo = c->bos)) {
 		c->bos = bo->next;
+		if (d->vm_ops->unmap_on_destroy && bo_unmap_free(c, bo) == 0) {
+			vg_os_free(bo);
+			continue;
+		}
 		if (d->vm_ops->unmap_on_destroy)
 			bo_unmap(c, bo);
 		bo_release(c, bo);

@@ -4,6 +4,8 @@
  * host owns the page tables and the VRAM allocator of a mediated VM. The guest declares its page
  * directory with SET_PGD, sends its mappings as {va, pte} entries — one per call (pv=1) or up to
  * 128 per call (pv=2, the "multicall") — flushes with FLUSH and allocates VRAM with MEM_ALLOC.
+ * With PV 3 the batched mode allocates and maps a VRAM buffer in one call, and unmaps and frees
+ * it in one.
  * Calls go through slot 0 of a shared area of coherent system memory; the core is serialised by
  * the platform, so one slot suffices.
  */
@@ -113,6 +115,38 @@ static int pv_set_pgd(struct vg_vm *vm)
 	return pv_call(vm->dev, VG_PV_OP_SET_PGD, vm->pd_addr, 0, 0);
 }
 
+/* PV 3: allocate-and-map / unmap-and-free a VRAM buffer in one call each (batched mode). */
+static bool pv_alloc_ranges(struct vg_dev *d)
+{
+	return d->pv_mode == VG_PV_BATCH && d->pv_version >= VG_PV_VERSION_ALLOC;
+}
+
+static int pv_alloc_map(struct vg_vm *vm, u64 va, u32 count, u64 align, u64 flags, u64 *addr)
+{
+	struct vg_dev *d = vm->dev;
+	int ret;
+
+	if (!pv_alloc_ranges(d))
+		return -EOPNOTSUPP;
+	put64(d, VG_PV_SLOT_ARG2, align < VG_PAGE_SIZE ? VG_PAGE_SIZE : align);
+	put64(d, VG_PV_SLOT_ENTRIES, flags | VG_PTE_PRESENT); /* address 0: the host picks it */
+	ret = pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, count,
+			    VG_PV_RANGE_CONTIGUOUS | VG_PV_RANGE_ALLOC | VG_PV_RANGE_FLUSH);
+	if (!ret)
+		*addr = get64(d, VG_PV_SLOT_RET0);
+	return ret;
+}
+
+static int pv_unmap_free(struct vg_vm *vm, u64 va, u32 count, u64 addr)
+{
+	struct vg_dev *d = vm->dev;
+
+	if (!pv_alloc_ranges(d))
+		return -EOPNOTSUPP;
+	put64(d, VG_PV_SLOT_ARG2, addr);
+	return pv_range_call(vm, VG_PV_OP_UNMAP_RANGE, va, count, VG_PV_RANGE_FLUSH | VG_PV_RANGE_FREE);
+}
+
 static u32 pv_batch(struct vg_dev *d)
 {
 	return d->pv_mode == VG_PV_BATCH ? VG_PV_BATCH_MAX : 1;
@@ -210,6 +244,8 @@ const struct vg_vm_ops vg_vm_ops_pv = {
 	.map = pv_map,
 	.unmap = pv_unmap,
 	.flush = pv_flush,
+	.alloc_map = pv_alloc_map,
+	.unmap_free = pv_unmap_free,
 	.fini = pv_fini,
 	.unmap_on_destroy = true,
 };

@@ -134,6 +134,7 @@
 #define VG_PV_SLOT_ARG0 0x10
 #define VG_PV_SLOT_ARG1 0x18
 #define VG_PV_SLOT_RET0 0x20
+#define VG_PV_SLOT_ARG2 0x28 /* PV 3: the range ops' ALLOC alignment / FREE address */
 #define VG_PV_SLOT_ENTRIES 0x40
 /* ops */
 #define VG_PV_OP_SET_PGD 1
@@ -148,6 +149,10 @@
 #define VG_PV_RANGE_CONTIGUOUS 0x1u /* slot flags: one PTE, page i at its address + i * 4 KiB */
 #define VG_PV_RANGE_FLUSH 0x2u      /* slot flags: FLUSH the PD after the range */
 #define VG_PV_VERSION_RANGES 2
+/* PV_VERSION 3 (hw-spec 1.3): a range op also allocates (MAP_RANGE) or frees (UNMAP_RANGE) */
+#define VG_PV_RANGE_ALLOC 0x4u /* MAP_RANGE + CONTIGUOUS: allocate the VRAM (align arg2), ret0 */
+#define VG_PV_RANGE_FREE 0x4u  /* UNMAP_RANGE: then MEM_FREE arg2 */
+#define VG_PV_VERSION_ALLOC 3
 
 /* §4.1 instance block (4 KiB, VRAM) */
 #define VG_INST_SIZE 4096

@@ -6,15 +6,15 @@
 // MAP_RANGE (one PTE for a contiguous range, or a PTE array running on through the following
 // slots) and UNMAP_RANGE, either with an optional flush.
 import type { Logger } from '../log.ts';
-import type { RangeAllocator } from './alloc.ts';
+import { isPow2, type RangeAllocator } from './alloc.ts';
 import type { VgpuCounters } from './counters.ts';
 import type { GuestMemory } from './guest-memory.ts';
 import type { ShadowMmu } from './shadow-mmu.ts';
 import type { ViewRow } from './regview.ts';
 import {
-  PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
+  ENTRY_TARGET_SHIFT, PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
   PV_MAX_SLOTS, PV_OP, PV_RANGE, PV_RANGE_MAX, PV_SLOT, PV_SLOT_SIZE, PV_STATUS, PV_VERSION,
-  PV_VERSION_VALUE,
+  PV_VERSION_VALUE, TARGET_VRAM,
 } from '../gpu/spec.ts';
 
 const RO = 0xffffffff;
@@ -77,7 +77,7 @@ export class PvPage {
       },
       [PV_OP.MEM_ALLOC]: (c) => {
         const align = c.arg1;
-        if (!(c.arg0 > 0) || !(align >= 4096) || 2 ** Math.round(Math.log2(align)) !== align) return -EINVAL;
+        if (!(c.arg0 > 0) || !(align >= 4096) || !isPow2(align)) return -EINVAL;
         const a = env.vramAlloc.alloc(c.arg0, align);
         if (a === null) return -ENOMEM;
         setU64(c.dv, PV_SLOT.ret0, a);
@@ -94,12 +94,19 @@ export class PvPage {
         const sp = env.mmu.pvSpace(c.arg0);
         const n = c.count;
         c.dv.setUint32(PV_SLOT.count, 0, true);
-        if (!sp || n > PV_RANGE_MAX || (c.flags & ~PV_RANGE.FLUSH) !== 0) return -EINVAL;
+        if (!sp || n > PV_RANGE_MAX || (c.flags & ~(PV_RANGE.FLUSH | PV_RANGE.FREE)) !== 0) return -EINVAL;
+        // FREE (PV 3): checked before anything changes, so a bad address unmaps nothing
+        const free = (c.flags & PV_RANGE.FREE) !== 0 ? getU64(c.dv, PV_SLOT.arg2) : -1;
+        if (free >= 0 && env.vramAlloc.sizeOf(free) === 0) return -EINVAL;
         const err = env.mmu.pvUnmapRange(sp, c.arg1, n);
         if (err !== 0) return -err;
         env.counters.hypercallEntries += n;
         c.dv.setUint32(PV_SLOT.count, n, true);
         if (c.flags & PV_RANGE.FLUSH) env.counters.tlbFlushes++;
+        if (free >= 0) {
+          env.vramAlloc.free(free);
+          env.counters.vramInUseBytes = env.vramAlloc.inUse;
+        }
         return 0;
       },
     };
@@ -214,25 +221,36 @@ export class PvPage {
    * MAP_RANGE (PV 2): `count` pages from VA arg1 — one PTE for all (CONTIGUOUS: page i at its
    * address + i × 4 KiB) or `count` u64 PTEs from the slot's entries on, through the following
    * slots. Each page is validated like a MAP_BATCH entry; stops at the first bad one
-   * (count = pages applied).
+   * (count = pages applied). ALLOC (PV 3, CONTIGUOUS only): the range's VRAM is allocated here
+   * first (MEM_ALLOC, alignment arg2, address in ret0), and all or nothing is done.
    */
   private mapRange(c: Call): number {
     const env = this.env;
     const sp = env.mmu.pvSpace(c.arg0);
     const n = c.count;
     const contiguous = (c.flags & PV_RANGE.CONTIGUOUS) !== 0;
+    const alloc = (c.flags & PV_RANGE.ALLOC) !== 0;
     c.dv.setUint32(PV_SLOT.count, 0, true);
-    if (!sp || n > PV_RANGE_MAX || (c.flags & ~(PV_RANGE.CONTIGUOUS | PV_RANGE.FLUSH)) !== 0) return -EINVAL;
+    if (!sp || n > PV_RANGE_MAX || (c.flags & ~(PV_RANGE.CONTIGUOUS | PV_RANGE.FLUSH | PV_RANGE.ALLOC)) !== 0) return -EINVAL;
+    if (alloc && !contiguous) return -EINVAL;
     const va = c.arg1;
     if (!Number.isSafeInteger(va) || va % 4096 !== 0 || va + n * 4096 > 2 ** 40) return -EINVAL;
     const ptes = contiguous ? c.dv : c.span(PV_SLOT.entries + 8 * n);
     if (!ptes) return -EINVAL;
+    const lo0 = ptes.getUint32(PV_SLOT.entries, true);
+    const flags = lo0 & 0xfff;
+    let base = (lo0 - flags) + ptes.getUint32(PV_SLOT.entries + 4, true) * TWO32;
+    if (alloc) {
+      // The PTE gives the flags only: VRAM target, address 0 (the host picks it).
+      const align = getU64(c.dv, PV_SLOT.arg2);
+      if (n === 0 || base !== 0 || ((flags >>> ENTRY_TARGET_SHIFT) & 3) !== TARGET_VRAM || !isPow2(align) || align < 4096) return -EINVAL;
+      const a = env.vramAlloc.alloc(n * 4096, align);
+      if (a === null) return -ENOMEM;
+      base = a;
+    }
     const ranges = env.mmu.ranges();
     let applied = 0;
     let result = 0;
-    const lo0 = ptes.getUint32(PV_SLOT.entries, true);
-    const flags = lo0 & 0xfff;
-    const base = (lo0 - flags) + ptes.getUint32(PV_SLOT.entries + 4, true) * TWO32;
     for (let i = 0; i < n; i++) {
       let lo: number;
       let hi: number;
@@ -250,6 +268,17 @@ export class PvPage {
         break;
       }
       applied++;
+    }
+    if (alloc) {
+      if (result !== 0) {
+        // all or nothing: the pages mapped so far go, and so does the memory
+        if (applied > 0) env.mmu.pvUnmapRange(sp, va, applied);
+        env.vramAlloc.free(base);
+        applied = 0;
+      } else {
+        setU64(c.dv, PV_SLOT.ret0, base);
+        env.counters.vramInUseBytes = env.vramAlloc.inUse;
+      }
     }
     env.counters.hypercallEntries += applied;
     c.dv.setUint32(PV_SLOT.count, applied, true);

@@ -73,7 +73,7 @@ export class PvClient {
   }
 
   /** ptes: a PV 2 u64 PTE array written from the slot's entries on (it may run into later slots). */
-  call(op: number, args: { arg0?: number; arg1?: number; entries?: [number, Entry][]; count?: number; flags?: number; ptes?: Entry[] } = {}, slot = 0): PvResult {
+  call(op: number, args: { arg0?: number; arg1?: number; arg2?: number; entries?: [number, Entry][]; count?: number; flags?: number; ptes?: Entry[] } = {}, slot = 0): PvResult {
     const dv = this.dv;
     const b = slot * S.PV_SLOT_SIZE;
     const u64 = (at: number, v: number) => {
@@ -91,6 +91,7 @@ export class PvClient {
     });
     u64(S.PV_SLOT.arg0, args.arg0 ?? 0);
     u64(S.PV_SLOT.arg1, args.arg1 ?? 0);
+    u64(S.PV_SLOT.arg2, args.arg2 ?? 0);
     entries.forEach(([va, e], i) => {
       u64(S.PV_SLOT.entries + 16 * i, va);
       dv.setUint32(b + S.PV_SLOT.entries + 16 * i + 8, e[0], true);

@@ -41,7 +41,7 @@ describe('PV hypercall page', () => {
     h = host();
     const g = attach('pv-batch');
     expect(g.rd(S.PV_MAGIC)).toBe(S.PV_MAGIC_VALUE);
-    expect(g.rd(S.PV_VERSION)).toBe(2);
+    expect(g.rd(S.PV_VERSION)).toBe(3);
     const reg = (lo: number, hi: number, slots: number) => {
       g.wr(S.PV_AREA_LO, lo);
       g.wr(S.PV_AREA_HI, hi);
@@ -171,6 +171,75 @@ describe('PV hypercall page', () => {
     expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: 0x80_0000_0000, count: 2 ** 20 }).result).toBe(0);
     expect(performance.now() - t0).toBeLessThan(200);
     expect(c.shadowRebuilds).toBe(0);
+  });
+
+  it('PV 3 ALLOC/FREE flags: a VRAM buffer allocated and mapped in one call, unmapped and freed in one; all or nothing', async () => {
+    h = host();
+    const g = attach('pv-batch');
+    const pv = g.pv!;
+    const pd = g.gvm.pd;
+    const c = g.vm.counters;
+    const R = S.PV_RANGE;
+    const va = 0x43_0000_0000;
+    const dst = g.vram(4096);
+    // This test's driver places its own VRAM from the slice's start without MEM_ALLOC: keep the
+    // host allocator off it.
+    expect(pv.call(S.PV_OP.MEM_ALLOC, { arg0: 16 << 20, arg1: 4096 })).toMatchObject({ result: 0, ret0: 0 });
+    const inUse = c.vramInUseBytes;
+    // Allocated at the alignment asked, mapped with the PTE's flags, accounted.
+    const a = pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va, arg2: 1 << 16, count: 4, flags: R.CONTIGUOUS | R.ALLOC | R.FLUSH, ptes: [pte(0)] });
+    expect(a).toMatchObject({ result: 0, count: 4 });
+    expect(a.ret0 % (1 << 16)).toBe(0);
+    expect(a.ret0 + 4 * 4096).toBeLessThanOrEqual(g.vm.slice.size);
+    expect(c.vramInUseBytes).toBe(inUse + 4 * 4096);
+    // The guest sees it through BAR1 at the address it was given, and the GPU through the VA.
+    g.bar1.fill(0x5a, a.ret0 + 2 * 4096, a.ret0 + 3 * 4096);
+    await g.ch.copy(dst.va, va + 2 * 4096, 4096);
+    expect(dst.u32.every((v) => v === 0x5a5a5a5a)).toBe(true);
+    // Refused before anything is allocated: without CONTIGUOUS, an address in the PTE, a
+    // sysmem target, a bad alignment, no pages, more than the slice.
+    const bad = [
+      { flags: R.ALLOC, arg2: 4096, ptes: [pte(0)], count: 1 },
+      { flags: R.CONTIGUOUS | R.ALLOC, arg2: 4096, ptes: [pte(a.ret0)], count: 1 },
+      { flags: R.CONTIGUOUS | R.ALLOC, arg2: 4096, ptes: [pte(0, { target: S.TARGET_SYSMEM })], count: 1 },
+      { flags: R.CONTIGUOUS | R.ALLOC, arg2: 3000, ptes: [pte(0)], count: 1 },
+      { flags: R.CONTIGUOUS | R.ALLOC, arg2: 0, ptes: [pte(0)], count: 1 },
+      { flags: R.CONTIGUOUS | R.ALLOC, arg2: 4096, ptes: [pte(0)], count: 0 },
+    ];
+    for (const b of bad) expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va + 0x10_0000, ...b }), JSON.stringify(b)).toMatchObject({ result: EINVAL, count: 0 });
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va + 0x10_0000, arg2: 4096, count: (64 << 20) / 4096, flags: R.CONTIGUOUS | R.ALLOC, ptes: [pte(0)] }))
+      .toMatchObject({ result: ENOMEM, count: 0 });
+    expect(c.vramInUseBytes).toBe(inUse + 4 * 4096);
+    // A range whose mapping fails part-way leaves nothing mapped and nothing allocated: fill the
+    // host's table area with one page per 128 MiB region until a region gets no table, then
+    // allocate a range from the last page of the region before it into that one.
+    const REGION = 2 ** 27, at = (k: number) => 0x50_0000_0000 + k * REGION;
+    let k = 0;
+    for (; k < 1000; k++) {
+      const r = pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: at(k), count: 1, flags: R.CONTIGUOUS, ptes: [pte(dst.addr)] });
+      if (r.result === ENOMEM) break;
+      expect(r.result).toBe(0);
+    }
+    expect(k).toBeGreaterThan(0);
+    expect(k).toBeLessThan(1000);
+    const edge = at(k) - 4096; // the last page of region k-1, which has a table
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: edge, arg2: 4096, count: 2, flags: R.CONTIGUOUS | R.ALLOC, ptes: [pte(0)] }))
+      .toMatchObject({ result: ENOMEM, count: 0 });
+    expect(c.vramInUseBytes).toBe(inUse + 4 * 4096);
+    const gone = await g.ch.copy(dst.va, edge, 16).then(() => null, (e: unknown) => e);
+    expect((gone as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
+    g.ch.bind();
+    // FREE with an address that is not an allocation: refused, nothing unmapped.
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va, arg2: a.ret0 + 4096, count: 4, flags: R.FREE | R.FLUSH })).toMatchObject({ result: EINVAL, count: 0 });
+    await g.ch.copy(dst.va, va, 4096);
+    // FREE: unmapped, flushed and freed in one call; the VA faults afterwards.
+    const flushes = c.tlbFlushes;
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va, arg2: a.ret0, count: 4, flags: R.FREE | R.FLUSH })).toMatchObject({ result: 0, count: 4 });
+    expect(c.tlbFlushes).toBe(flushes + 1);
+    expect(c.vramInUseBytes).toBe(inUse);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: a.ret0 }).result).toBe(EINVAL);
+    const err = await g.ch.copy(dst.va, va, 16).then(() => null, (e: unknown) => e);
+    expect((err as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
   });
 
   it('MEM_ALLOC/MEM_FREE allocate inside the slice and account VRAM exactly', () => {
