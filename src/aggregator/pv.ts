@@ -248,10 +248,16 @@ export class PvPage {
       if (a === null) return -ENOMEM;
       base = a;
     }
-    const ranges = env.mmu.ranges();
     let applied = 0;
     let result = 0;
-    for (let i = 0; i < n; i++) {
+    const vramRange = contiguous && n > 0 && ((flags >>> ENTRY_TARGET_SHIFT) & 3) === TARGET_VRAM;
+    if (vramRange) {
+      // a VRAM buffer: the slice checked once, each region's table written in one pass
+      result = -env.mmu.pvMapVramRange(sp, va, n, (base % TWO32) + flags, Math.floor(base / TWO32));
+      applied = env.mmu.pvApplied;
+    }
+    const ranges = vramRange ? null : env.mmu.ranges();
+    for (let i = 0; ranges && i < n; i++) {
       let lo: number;
       let hi: number;
       if (contiguous) {

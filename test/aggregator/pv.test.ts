@@ -242,6 +242,47 @@ describe('PV hypercall page', () => {
     expect((err as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
   });
 
+  it('a contiguous VRAM range is written region by region with exactly the outcome of one pvMap per page', () => {
+    h = host();
+    const g = attach('pv-batch');
+    const mmu = g.vm.mmu;
+    const sp = mmu.pvSpace(g.gvm.pd)!;
+    const u32 = new Uint32Array(h.engine.vram.u8.buffer, h.engine.vram.u8.byteOffset, h.engine.vram.u8.byteLength / 4);
+    const REGION = 2 ** 27;
+    /** The shadow entry for va as [lo, hi] ([0, 0] where the space has no table). */
+    const entry = (va: number): [number, number] => {
+      const t = sp.tables[Math.floor(va / REGION)];
+      if (!t) return [0, 0];
+      const k = (t.addr + 8 * ((va % REGION) / 4096)) / 4;
+      return [u32[k]!, u32[k + 1]!];
+    };
+    const size = g.vm.slice.size;
+    const r = rng(11);
+    // [guest address, pages, offset of the first page in its region, read-only]; the last
+    // cases run off the slice's end (EFAULT after the pages that fit) or start past it.
+    const cases: [number, number, number, boolean][] = [
+      [0, 1, 0, false], [4096, 40000, REGION - 8 * 4096, false], [size - 3 * 4096, 5, 4096, true],
+      [size - 4096, 1, REGION - 4096, false], [size, 2, 0, false], [size + 4096 * 9, 1, 0, false],
+    ];
+    for (let i = 0; i < 12; i++) cases.push([Math.floor(r() * (size / 4096)) * 4096, 1 + Math.floor(r() * 3000), Math.floor(r() * 32768) * 4096, r() < 0.5]);
+    cases.forEach(([addr, n, off, ro], i) => {
+      const fastVa = 0x10_0000_0000 + 2 * i * 2 * REGION + off;
+      const slowVa = fastVa + 2 * REGION;
+      const [lo, hi] = pte(addr, { readOnly: ro });
+      const fastErr = mmu.pvMapVramRange(sp, fastVa, n, lo, hi);
+      const fastApplied = mmu.pvApplied;
+      let slowErr = 0, slowApplied = 0;
+      const ranges = mmu.ranges();
+      for (; slowApplied < n; slowApplied++) {
+        const a = addr + slowApplied * 4096;
+        slowErr = mmu.pvMap(sp, slowVa + slowApplied * 4096, (lo % 4096) + (a % 2 ** 32), hi + Math.floor(a / 2 ** 32), ranges);
+        if (slowErr !== 0) break;
+      }
+      expect([fastErr, fastApplied], `case ${i}`).toEqual([slowErr, slowApplied]);
+      for (let p = 0; p <= n; p++) expect(entry(fastVa + p * 4096), `case ${i} page ${p}`).toEqual(entry(slowVa + p * 4096));
+    });
+  });
+
   it('MEM_ALLOC/MEM_FREE allocate inside the slice and account VRAM exactly', () => {
     h = host();
     const g = attach('pv');
