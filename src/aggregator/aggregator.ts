@@ -201,7 +201,7 @@ export class Aggregator implements VgpuHost {
 
   // ---- VM lifecycle ----
 
-  /** Create a VM's vGPU: a bus index, a zeroed VRAM slice, a scheduler entry. */
+  /** Create a VM's vGPU: a bus index, a zeroed VRAM slice (free slices are zero), a scheduler entry. */
   attach(o: AttachOptions): Vgpu {
     if (this.closed) throw new Error('aggregator is closed');
     if (this.vms.has(o.name)) throw new Error(`VM ${o.name} is already attached`);
@@ -223,7 +223,9 @@ export class Aggregator implements VgpuHost {
       weight: o.weight ?? 1, log: withWarnBudget(this.log.child({ vm: o.name })), // a guest decides how often its vGPU warns
       counters: newCounters(this.metrics?.register(o.name, o.mode)),
     });
-    if (!o.at) vm.scrub();
+    // No scrub here: a free slice is zero (the VRAM memfd starts zeroed, detach zeroes a slice
+    // before it is freed, a restart zeroes the slices no VM owns), and zeroing a fresh slice
+    // would only fault in its memory.
     this.policy.addVm(o.name, { weight: vm.weight }, this.now());
     this.byIndex[index] = vm;
     this.vms.set(o.name, vm);
@@ -257,6 +259,7 @@ export class Aggregator implements VgpuHost {
   /** Remove a VM: everything resetVm does, then its slice and bus index are released. */
   detach(vm: Vgpu): void {
     if (this.vms.get(vm.name) !== vm) return;
+    vm.cancelScrub(); // the release below zeroes the whole slice
     vm.reset();
     if (this.running?.vm === vm) this.finish(this.running, 0);
     this.engine.dropOwner(vm.index + 1);

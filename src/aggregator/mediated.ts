@@ -45,8 +45,10 @@ export class MediatedVgpu {
               vm.log.info({ mode: vm.mode }, 'client connected');
               if (tracer?.enabled) tracer.vmAttach(tv, o.name, vm.mode);
             },
-            // A client gone (reason 'disconnect') is a new VM next time: scrub its slice.
+            // A client gone (reason 'disconnect') is a new VM next time: scrub its slice, and
+            // serve the next client only once that is done.
             reset: (reason) => agg.resetVm(vm, reason === 'disconnect'),
+            whenReady: (go) => vm.whenScrubbed(go),
             disconnected: (reason) => {
               vm.log.info({ reason }, 'client gone');
               if (tracer?.enabled) tracer.vmDetach(tv, String(reason));

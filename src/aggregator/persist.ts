@@ -131,6 +131,7 @@ function checkVgpu(vm: Vgpu, raw: unknown) {
   const queue = numArray(st.queue, `${what}: queue`);
   need([...runlist, ...queue].every((v) => Number.isInteger(v) && v >= 0 && v < vm.vchannels), `${what}: virtual chid out of range`);
   need(typeof st.pfifoEnabled === 'boolean' && isNum(st.timeHi) && isNum(st.held), `${what}: state`);
+  need(st.scrubPending === undefined || typeof st.scrubPending === 'boolean', `${what}: scrubPending`);
   need(s.registers !== null && typeof s.registers === 'object' && Object.values(s.registers).every(isNum), `${what}: registers`);
   const sent = numArray(s.interruptsSent, `${what}: interruptsSent`, vm.irq.sent.length);
   need(s.shadow && Array.isArray(s.shadow.spaces) && isNum(s.shadow.shadowBytes), `${what}: shadow`);
@@ -152,6 +153,7 @@ function loadVgpu(vm: Vgpu, c: ReturnType<typeof checkVgpu>): void {
   vm.s.pfifoEnabled = s.state.pfifoEnabled;
   vm.s.timeHi = s.state.timeHi;
   vm.s.held = s.state.held;
+  vm.s.scrubPending = s.state.scrubPending === true; // absent before scrubs ran in steps
   vm.view.regs.restore(s.registers);
   c.sent.forEach((n, i) => (vm.irq.sent[i] = n));
   vm.mmu.spaces.clear();
@@ -277,6 +279,8 @@ export function restoreAggregator(agg: Aggregator, raw: unknown): void {
  * scheduler, re-arm the stall check of the submission on the device, and let the dispatcher
  * decide (which re-arms a policy's wait). */
 export function resumeAggregator(agg: Aggregator): void {
+  // A scrub the old process had not finished starts over (the slice may still hold data).
+  for (const vm of agg.list()) if (vm.s.scrubPending) vm.scrub();
   for (let i = 0; i < agg.completions.length; i++) queueMicrotask(agg.completeNext);
   if (agg.running && !agg.running.done) agg.check(agg.running);
   agg.dispatcher.kick();

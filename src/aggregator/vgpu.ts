@@ -90,7 +90,12 @@ export interface VgpuState {
   queue: number[];
   /** Of those, how many (at the tail) were not yet announced because PFIFO is disabled. */
   held: number;
+  /** The slice is being zeroed (scrub): no client is served until it is done. */
+  scrubPending: boolean;
 }
+
+/** Bytes zeroed per event-loop turn while scrubbing: ~2–4 ms, so other VMs are served between. */
+export const SCRUB_CHUNK = 16 << 20;
 
 export class Vgpu {
   readonly name: string;
@@ -130,7 +135,7 @@ export class Vgpu {
     this.weight = cfg.weight;
     this.log = cfg.log;
     this.counters = cfg.counters ?? newCounters();
-    this.s = { channels: [], runlist: [], pfifoEnabled: true, timeHi: 0, queue: [], held: 0 };
+    this.s = { channels: [], runlist: [], pfifoEnabled: true, timeHi: 0, queue: [], held: 0, scrubPending: false };
     this.vramAlloc = new RangeAllocator(0, cfg.slice.size, 4096);
     this.mmu = new ShadowMmu({
       vram: this.engine.vram, slice: cfg.slice, guest: () => this.guestMem, busIndex: cfg.index,
@@ -577,10 +582,53 @@ export class Vgpu {
     this.host.runlistChanged();
   }
 
-  /** Zero the slice (a new client must not see the previous one's data). */
+  /**
+   * Zero the slice (a new client must not see the previous one's data). In SCRUB_CHUNK steps,
+   * one per event-loop turn: the server goes on serving the other VMs (zeroing 1 GiB at once
+   * took ~150 ms in which nobody was served). whenScrubbed() says when it is done; until then
+   * the VM's listener holds a new client (DeviceCallbacks.whenReady). Called again while
+   * running, it starts over.
+   */
   scrub(): void {
-    this.engine.vram.u8.fill(0, this.slice.base, this.slice.base + this.slice.size);
+    this.s.scrubPending = true;
+    this.scrubAt = 0;
+    this.scrubT0 = performance.now();
+    this.scrubTimer ??= setImmediate(this.scrubStep);
   }
+
+  /** Run go once the slice is zeroed (at once when no scrub is pending). */
+  whenScrubbed(go: () => void): void {
+    if (this.s.scrubPending) this.scrubWaiters.push(go);
+    else go();
+  }
+
+  /** Stop scrubbing without finishing (the VM is detached; its slice is zeroed on release). */
+  cancelScrub(): void {
+    if (this.scrubTimer) clearImmediate(this.scrubTimer);
+    this.scrubTimer = null;
+    this.scrubWaiters = [];
+  }
+
+  private scrubAt = 0;
+  private scrubT0 = 0;
+  private scrubTimer: NodeJS.Immediate | null = null;
+  private scrubWaiters: (() => void)[] = [];
+  private readonly scrubStep = (): void => {
+    if (this.scrubTimer) clearImmediate(this.scrubTimer);
+    this.scrubTimer = null;
+    const end = Math.min(this.slice.size, this.scrubAt + SCRUB_CHUNK);
+    this.engine.vram.u8.fill(0, this.slice.base + this.scrubAt, this.slice.base + end);
+    this.scrubAt = end;
+    if (end < this.slice.size) {
+      this.scrubTimer = setImmediate(this.scrubStep);
+      return;
+    }
+    this.s.scrubPending = false;
+    this.log.info({ sliceMiB: this.slice.size / (1 << 20), ms: Math.round(performance.now() - this.scrubT0) }, 'slice scrubbed');
+    const waiters = this.scrubWaiters;
+    this.scrubWaiters = [];
+    for (const go of waiters) go();
+  };
 
   /** Bytes of VRAM the VM uses: in PV modes its MEM_ALLOC allocations (the host allocator
    * accounts exactly), otherwise its whole slice. */

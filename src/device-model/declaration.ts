@@ -91,6 +91,12 @@ export interface DeviceCallbacks {
   reset?(reason: ResetReason): void;
   connected?(): void;
   disconnected?(reason: string): void;
+  /**
+   * Call `go` once the device may serve a new client (at once if it may now). The listener
+   * holds an accepted client's messages until then: e.g. while the previous client's data is
+   * still being erased.
+   */
+  whenReady?(go: () => void): void;
 }
 
 export interface DeviceDeclaration {

@@ -215,6 +215,21 @@ export class PciDevice {
     }
   }
 
+  /** Run `go` once the device may serve a new client (DeviceCallbacks.whenReady). */
+  whenReady(go: () => void): void {
+    const ready = this.declaration.callbacks?.whenReady;
+    if (!ready) {
+      go();
+      return;
+    }
+    try {
+      ready(go);
+    } catch (err) {
+      logger.error({ err, device: this.name }, 'device whenReady callback threw');
+      go();
+    }
+  }
+
   /** A client connected. */
   attach(): void {
     try {

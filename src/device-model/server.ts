@@ -126,7 +126,14 @@ export class Listener {
     const ep = this.endpointFor(this.transportFor(a.fd, name, a.adopted), name, a.client ?? undefined);
     this.current = ep;
     logger.info({ device: this.device.name, connection: name }, 'client adopted from the previous server');
-    ep.start();
+    this.startWhenReady(ep);
+  }
+
+  /** Serve ep once the device is ready for it (its messages wait in the socket until then). */
+  private startWhenReady(ep: Endpoint): void {
+    this.device.whenReady(() => {
+      if (this.current === ep && !this.closed) ep.start();
+    });
   }
 
   /** Stop handling requests (a live upgrade hands the connections over); see resume(). */
@@ -220,7 +227,7 @@ export class Listener {
       this.current = ep;
       logger.info({ device: this.device.name, connection: name }, 'client connected');
       p?.put(`conn:${this.device.name}`, fd);
-      ep.start();
+      this.startWhenReady(ep);
       p?.clientChanged(this.device.name);
     }
   }

@@ -10,6 +10,11 @@ import { Aggregator } from '../../src/aggregator/aggregator.ts';
 import { MediatedVgpu } from '../../src/aggregator/mediated.ts';
 import { IrqIndex, IrqSetFlag, RegionInfoFlag } from '../../src/device-model/protocol.ts';
 import { negotiatedPair, until, type Pair } from '../device-model/helpers.ts';
+import { Server } from '../../src/device-model/server.ts';
+import { VfioUserClient } from '../../src/device-model/client.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 
 let engine: Engine | null = null;
 let agg: Aggregator | null = null;
@@ -126,6 +131,47 @@ describe('mediated PCI function', () => {
     native.munmap(mem.buffer as ArrayBuffer);
   });
 
+  it('a scrub runs in steps: another VM is served meanwhile, and the next client of the VM only once it is done', async () => {
+    engine = new Engine({ vramSize: 320 << 20, channels: 8 });
+    agg = new Aggregator({ engine, hostReserved: 16 << 20, quarantineMs: 0 });
+    const a = new MediatedVgpu(agg, { name: 'a', mode: 'fv', slice: 256 << 20 });
+    const b = new MediatedVgpu(agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
+    expect(a.vgpu.s.scrubPending).toBe(false); // a free slice is zero: nothing to scrub at attach
+    const { base, size } = a.vgpu.slice;
+    const server = new Server();
+    const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-scrub-'));
+    try {
+      const sock = path.join(dir, 'a.sock');
+      const l = server.listen(sock, a.device);
+      const c1 = VfioUserClient.connect(sock);
+      await c1.version();
+      // The guest leaves data all over its slice, then goes away.
+      for (let off = 0; off < size; off += 1 << 20) engine.vram.write32(base + off + 0x40, 0xdead0000 + off / (1 << 20));
+      const pb = await connect(b);
+      c1.close();
+      await until(() => l.endpoint === null);
+      expect(a.vgpu.s.scrubPending).toBe(true);
+      // b's register reads are answered while a's 256 MiB are zeroed 16 MiB per turn.
+      const order: string[] = [];
+      a.vgpu.whenScrubbed(() => order.push('scrubbed'));
+      expect(await pb.client.read32(0, S.PMC_BOOT_0)).not.toBe(0);
+      order.push('b served');
+      // A client that connects now is held until the scrub is done, and sees none of the data.
+      const c2 = VfioUserClient.connect(sock);
+      await c2.version();
+      order.push('a served');
+      expect(order).toEqual(['b served', 'scrubbed', 'a served']);
+      for (let off = 0; off < size; off += 1 << 20) {
+        if (engine.vram.read32(base + off + 0x40) !== 0) expect.fail(`word at +${off} survived the scrub`);
+      }
+      c2.close();
+      await until(() => l.endpoint === null);
+    } finally {
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a client that goes away leaves the vGPU reset, its channels freed and its slice scrubbed', async () => {
     setup();
     const v = new MediatedVgpu(agg!, { name: 'a', mode: 'fv', slice: 16 << 20 });
@@ -143,6 +189,7 @@ describe('mediated PCI function', () => {
     await p.closed;
     pairs.splice(pairs.indexOf(p), 1);
     expect(agg!.chidsInUse).toBe(0);
+    await new Promise<void>((r) => v.vgpu.whenScrubbed(r));
     expect(engine!.vram.read32(base + 0x50000)).toBe(0);
     expect(engine!.vram.read32(base + 0x10000 + S.INST.PD_LO)).toBe(0);
     // The socket takes the next client, which sees a fresh device.

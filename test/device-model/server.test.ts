@@ -68,6 +68,24 @@ describe('vfio-user server', () => {
     c2.close();
   });
 
+  it('a device that is not ready holds an accepted client until it is (whenReady)', async () => {
+    let release: (() => void) | null = null;
+    const t = makeTestDevice({ callbacks: { whenReady: (go) => (release = go) } });
+    const sock = path.join(dir, 'w.sock');
+    const l = server.listen(sock, t.device);
+    const c = VfioUserClient.connect(sock);
+    let answered = false;
+    const v = c.version().then(() => (answered = true));
+    await until(() => release !== null);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(answered).toBe(false); // accepted, not served
+    expect(l.accepted).toBe(1);
+    release!();
+    await v;
+    expect(await c.read32(0, 0)).toBe(0);
+    c.close();
+  });
+
   it('a SIGKILLed client process (QEMU dying) is cleaned up the same way', async () => {
     const t = makeTestDevice();
     const sock = path.join(dir, 'k.sock');

@@ -195,6 +195,32 @@ describe('aggregator state', () => {
     expect(new DataView(out.u8.buffer, out.u8.byteOffset).getBigUint64(0, true)).toBe(10n);
   });
 
+  it('a scrub cut short by the crash starts over after the restart; older states without the flag load', async () => {
+    const w = aggWorld('credit');
+    worlds.push(w);
+    const f = w.attach({ name: 'f', mode: 'fv', slice: 32 << 20 });
+    await f.ch.idle();
+    const vm = w.agg.vm('f')!;
+    const { base, size } = vm.slice;
+    w.engine.vram.u8.fill(0xa5, base, base + size);
+    w.agg.resetVm(vm, true); // the client went away: the scrub starts, 16 MiB per turn
+    expect(vm.s.scrubPending).toBe(true);
+    const first = save(w);
+    expect(first.agg.vms[0]!.state.scrubPending).toBe(true);
+    await restart(w, first);
+    const again = w.agg.vm('f')!;
+    expect(again.s.scrubPending).toBe(true);
+    await new Promise<void>((r) => again.whenScrubbed(r));
+    const u8 = w.engine.vram.u8;
+    expect(Buffer.compare(u8.subarray(base, base + size), Buffer.alloc(size))).toBe(0);
+    // A checkpoint of a version that had no scrubPending restores as "nothing pending".
+    const old = save(w);
+    delete (old.agg.vms[0]!.state as { scrubPending?: boolean }).scrubPending;
+    const r = await restart(w, old);
+    expect(w.agg.vm('f')!.s.scrubPending).toBe(false);
+    expect(r.second.agg.vms[0]!.state.scrubPending).toBe(false);
+  });
+
   it('refuses a state for other VMs, another policy or a newer version, changing nothing', async () => {
     const w = aggWorld('credit');
     worlds.push(w);
