@@ -216,6 +216,8 @@ export interface NativeAddon extends VulkanAddon {
   /** memfd_create + ftruncate; with `seals` (F_SEAL_* bits) the memfd allows sealing and gets
    * them after sizing (QEMU's memory-backend-memfd uses SEAL|SHRINK|GROW = 7). */
   memfdCreate(name: string, size: number, seals?: number): number;
+  /** lseek SEEK_DATA (hole 0) or SEEK_HOLE (hole 1) from offset: an offset, or -errno (-ENXIO past the last data). */
+  seekData(fd: number, offset: number, hole: 0 | 1): number;
   /** fcntl(F_GET_SEALS): seals of the file behind fd, or -errno (-EINVAL: not sealable). */
   getSeals(fd: number): number;
   ftruncate(fd: number, size: number): number;

@@ -110,6 +110,20 @@ Napi::Value GetSeals(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, r < 0 ? -errno : r);
 }
 
+// lseek(fd, offset, SEEK_DATA or SEEK_HOLE): where the next data (or hole) of a memfd starts,
+// or -errno (-ENXIO: no data at or after offset). Holes are pages never written (or swapped
+// back as such): they read as zero without being touched, so a scrub skips them.
+Napi::Value SeekData(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  int64_t offset, hole;
+  if (!ArgFd(info, 0, &fd) || !ArgInt(info, 1, "offset", 0, int64_t(1) << 52, &offset) ||
+      !ArgInt(info, 2, "hole", 0, 1, &hole))
+    return env.Undefined();
+  off_t r = lseek(fd, off_t(offset), hole ? SEEK_HOLE : SEEK_DATA);
+  return Napi::Number::New(env, r < 0 ? -errno : double(r));
+}
+
 Napi::Value Ftruncate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd;
@@ -416,6 +430,7 @@ Napi::Value MemcpyDirect(const Napi::CallbackInfo& info) {
 
 void RegisterMemory(Napi::Env env, Napi::Object exports) {
   exports.Set("memfdCreate", Napi::Function::New(env, MemfdCreate, "memfdCreate"));
+  exports.Set("seekData", Napi::Function::New(env, SeekData, "seekData"));
   exports.Set("getSeals", Napi::Function::New(env, GetSeals, "getSeals"));
   exports.Set("ftruncate", Napi::Function::New(env, Ftruncate, "ftruncate"));
   exports.Set("mmap", Napi::Function::New(env, Mmap, "mmap"));

@@ -272,7 +272,7 @@ export class Aggregator implements VgpuHost {
     // Cancelled jobs may still write into the slice until they notice: quarantine it.
     const base = vm.slice.base;
     const release = () => {
-      this.engine.vram.u8.fill(0, base, base + vm.slice.size);
+      this.engine.vram.zero(base, vm.slice.size);
       this.slices.free(base);
     };
     if (this.quarantineMs > 0 && !this.closed) setTimeout(release, this.quarantineMs).unref();

@@ -270,7 +270,7 @@ export function restoreAggregator(agg: Aggregator, raw: unknown): void {
   const owned = new Set(live.map((vm) => vm.slice.base));
   for (const [base, size] of agg.slices.allocations()) {
     if (owned.has(base)) continue;
-    agg.engine.vram.u8.fill(0, base, base + size);
+    agg.engine.vram.zero(base, size);
     agg.slices.free(base);
   }
 }
