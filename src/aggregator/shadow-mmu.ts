@@ -284,14 +284,21 @@ export class ShadowMmu {
     if ((lo & PTE_PRESENT) === 0 || (lo & PTE_RESERVED) !== 0 || target === 1) return EINVAL;
     const v = this.shadowPte(lo, hi, false, ranges);
     if (v === 0) return EFAULT;
-    const pdi = Math.floor(va / PDE_SPAN);
+    const t = this.pvTable(sp, Math.floor(va / PDE_SPAN));
+    if (typeof t === 'number') return t;
+    this.put(this.entries(t.addr, SMALL_PT_ENTRIES), (va % PDE_SPAN) / SMALL_PAGE, v);
+    return 0;
+  }
+
+  /** The small-page table of region pdi of a PV space, made (with its PDE) if missing; or an
+   * errno: EINVAL over a large-page region, ENOMEM when the host area is full. */
+  private pvTable(sp: ShadowSpace, pdi: number): ShadowTable | number {
     const existing = sp.tables[pdi];
     if (existing && existing.large) return EINVAL;
     const t = existing ?? this.table(sp, pdi, false);
     if (!t) return ENOMEM;
     if (!existing) this.put(this.entries(sp.pd, PD_ENTRIES), pdi, t.addr + PDE_PRESENT);
-    this.put(this.entries(t.addr, SMALL_PT_ENTRIES), (va % PDE_SPAN) / SMALL_PAGE, v);
-    return 0;
+    return t;
   }
 
   /**
@@ -314,12 +321,8 @@ export class ShadowMmu {
     let done = 0;
     while (done < fit) {
       const at = va + done * SMALL_PAGE;
-      const pdi = Math.floor(at / PDE_SPAN);
-      const existing = sp.tables[pdi];
-      if (existing && existing.large) return EINVAL;
-      const t = existing ?? this.table(sp, pdi, false);
-      if (!t) return ENOMEM;
-      if (!existing) this.put(this.entries(sp.pd, PD_ENTRIES), pdi, t.addr + PDE_PRESENT);
+      const t = this.pvTable(sp, Math.floor(at / PDE_SPAN));
+      if (typeof t === 'number') return t;
       const view = this.entries(t.addr, SMALL_PT_ENTRIES);
       const i0 = (at % PDE_SPAN) / SMALL_PAGE;
       const count = Math.min(fit - done, SMALL_PT_ENTRIES - i0);
