@@ -585,9 +585,9 @@ export class Vgpu {
   /**
    * Zero the slice (a new client must not see the previous one's data). In SCRUB_CHUNK steps,
    * one per event-loop turn: the server goes on serving the other VMs (zeroing 1 GiB at once
-   * held every VM for 44–57 ms, resident). Holes of the VRAM memfd are skipped (Vram.zero). whenScrubbed() says when it is done; until then
-   * the VM's listener holds a new client (DeviceCallbacks.whenReady). Called again while
-   * running, it starts over.
+   * held every VM for 44–57 ms, resident). Holes of the VRAM memfd are skipped (Vram.zero).
+   * whenScrubbed() says when it is done; until then the VM's listener holds a new client
+   * (DeviceCallbacks.whenReady). Called again while running, it starts over.
    */
   scrub(): void {
     this.s.scrubPending = true;
@@ -614,8 +614,7 @@ export class Vgpu {
   private scrubTimer: NodeJS.Immediate | null = null;
   private scrubWaiters: (() => void)[] = [];
   private readonly scrubStep = (): void => {
-    if (this.scrubTimer) clearImmediate(this.scrubTimer);
-    this.scrubTimer = null;
+    this.scrubTimer = null; // only the timer runs a step
     const end = Math.min(this.slice.size, this.scrubAt + SCRUB_CHUNK);
     this.engine.vram.zero(this.slice.base + this.scrubAt, end - this.scrubAt);
     this.scrubAt = end;
