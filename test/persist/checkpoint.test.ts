@@ -207,7 +207,9 @@ describe('serve --state-dir with a checkpoint it cannot read', () => {
     store.write(good);
     k2.close();
     const third = run();
-    await waitFor(() => third.out.text.includes('restartable serving'), 60_000);
+    // serve.ts logs "restarted" one event-loop turn after resuming (after the guests' waiting
+    // requests), so it may come after "restartable serving": wait for both.
+    await waitFor(() => third.out.text.includes('restartable serving') && third.out.text.includes('restarted: serving'), 60_000);
     expect(third.out.text).toContain('restarted: serving the adopted VMs');
     expect(await client.read32(0, 0x00a010)).toBe(0xfeed);
     expect(client.isClosed).toBe(false);
