@@ -160,6 +160,41 @@ async function timeLaunches(ch: HostChannel, kernel: number, bufs: { va: number;
   return out;
 }
 
+type Phases = ReturnType<typeof native.vulkanStats>['dispatchPhases'];
+
+/** Blocks of engine launches and direct runs per size, alternating. */
+const ROUNDS = 5;
+
+/** (a)'s reference: the plan's one dispatch straight through Vulkan (native/src/vulkan/direct.cc)
+ * on its own pinned copies of the inputs; `run(k)` adds k timed repetitions (each call's first
+ * is a warm-up, dropped), C lands in `c`. */
+function directRunner(plan: NonNullable<ReturnType<typeof builtinPlan>>, a: Float32Array, b: Float32Array, n: number) {
+  const d = plan.dispatches[0]!;
+  const bytes = fs.readFileSync(plan.spv ? new URL(plan.spv, SPIRV_DIR).pathname : builtinSpvPath(K.FMMUL));
+  const words = new Uint32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const r = { c: new Float32Array(n * n).fill(NaN), wall: [] as number[], kern: [] as number[], transferQueue: false, run: (k: number) => {} };
+  r.run = (k: number) => {
+    const x = native.vulkanDirectRun({ words, buffers: [a, b, r.c], writable: [false, false, true], push: d.push, grid: d.grid, reps: k + 1 });
+    r.wall.push(...x.wallNs.slice(1).map((v) => v / 1e6));
+    r.kern.push(...x.kernelNs.slice(1).map((v) => v / 1e6));
+    r.transferQueue = x.transferQueue;
+  };
+  return r;
+}
+
+/** Where a launch's time went, per launch in µs: the pool thread's dispatch phases (setup = lane,
+ * imports, staging, descriptors; record; vkQueueSubmit; wait for the fence; finish =
+ * timestamps) and the rest of launch → fence (`outside`: host driver, command processor, MMU
+ * and windows, pool hand-offs, completion back to JS). */
+function phasesUs(p0: Phases, p1: Phases, wallMs: number[]) {
+  const n = wallMs.length, d = p1.dispatches - p0.dispatches;
+  const us = (k: keyof Phases) => (p1[k] - p0[k]) / n / 1e3;
+  const r = { setup: us('setupNs'), record: us('recordNs'), submit: us('queueSubmitNs'), wait: us('waitNs'), finish: us('finishNs') };
+  const inside = r.setup + r.record + r.submit + r.wait + r.finish;
+  const wall = (wallMs.reduce((x, y) => x + y, 0) / n) * 1e3;
+  return { dispatchesPerLaunch: d / n, meanWall: wall, ...r, outside: wall - inside };
+}
+
 async function nopLatency(ch: HostChannel, count: number) {
   for (let i = 0; i < Math.min(200, count); i++) await ch.launch(K.NOP, []);
   const lat: number[] = [];
@@ -195,7 +230,11 @@ export async function main(argv: string[]): Promise<void> {
     const flop = 2 * n ** 3;
     const tf = (m: number) => flop / (m / 1e3) / 1e12;
     const p = paramsN(n);
-    const reps = n >= 8192 ? Math.max(3, Math.min(args.reps, 5)) : args.reps;
+    // Per size: the engine's launches and the direct run alternate in ROUNDS blocks (the ratio
+    // is taken from one interleaved run); small sizes take more repetitions (a 1024³ launch is
+    // ~0.5 ms and its spread on a shared host is tens of µs). --reps sets the largest sizes'.
+    const reps = n >= 8192 ? Math.max(3, Math.min(args.reps, 5)) : n >= 4096 ? Math.max(args.reps, 10) : n >= 2048 ? Math.max(args.reps, 30) : Math.max(args.reps, 100);
+    const rounds = Math.min(ROUNDS, reps);
     const row: Record<string, unknown> = { n };
     let ref: { a: Float32Array; b: Float32Array; c: Float32Array } | null = null;
     const plan = builtinPlan(K.FMMUL, p, [4 * n * n, 4 * n * n, 4 * n * n])!;
@@ -209,9 +248,31 @@ export async function main(argv: string[]): Promise<void> {
       const tw = now();
       await ch.launch(K.FMMUL, o.bufs, p);  // first launch: compile, imports, device buffers
       const firstMs = ms(now() - tw);
-      const s0 = native.vulkanStats();
-      const t = await timeLaunches(ch, K.FMMUL, o.bufs, p, reps);
-      const s1 = native.vulkanStats();
+      // Direct Vulkan on copies of the inputs (its own pinned buffers), between the engine's blocks.
+      const direct = where === args.where[0] && plan.dispatches.length === 1 ? directRunner(plan, o.a.slice(), o.b.slice(), n) : null;
+      // Each block starts with an untimed launch, as each direct run starts with an untimed
+      // repetition (the first after the other path ran is slower on both).
+      const s0 = { ...native.vulkanStats() };
+      const sums = { ...s0 };
+      for (const key of Object.keys(sums) as (keyof typeof sums)[]) if (typeof sums[key] === 'number') (sums[key] as number) = 0;
+      const inside: Phases = { dispatches: 0, setupNs: 0, recordNs: 0, queueSubmitNs: 0, waitNs: 0, finishNs: 0 };
+      const t: number[] = [];
+      for (let r = 0; r < rounds; r++) {
+        const k = Math.floor(reps / rounds) + (r < reps % rounds ? 1 : 0);
+        await ch.launch(K.FMMUL, o.bufs, p);
+        const a = native.vulkanStats();
+        t.push(...await timeLaunches(ch, K.FMMUL, o.bufs, p, k));
+        const b = native.vulkanStats();
+        for (const key of Object.keys(sums) as (keyof typeof sums)[])
+          if (typeof b[key] === 'number') (sums[key] as number) += (b[key] as number) - (a[key] as number);
+        for (const key of Object.keys(inside) as (keyof Phases)[]) inside[key] += b.dispatchPhases[key] - a.dispatchPhases[key];
+        direct?.run(k);
+      }
+      // s1 − s0: the timed launches' counters alone (no warm-up launch, no direct run).
+      const s1 = { ...sums } as typeof s0;
+      for (const key of Object.keys(s1) as (keyof typeof s1)[]) if (typeof s1[key] === 'number') (s1[key] as number) += s0[key] as number;
+      s1.dispatchPhases = Object.fromEntries(Object.entries(inside).map(([k, v]) => [k, v + s0.dispatchPhases[k as keyof Phases]])) as Phases;
+      const ph = phasesUs(s0.dispatchPhases, s1.dispatchPhases, t);
       const worst = check(n, o.a, o.b, o.c);
       if (!(worst <= 1)) throw new Error(`engine FMMUL ${n} (${where}) is wrong: error ${worst} × tolerance`);
       const st = stats(t);
@@ -229,7 +290,20 @@ export async function main(argv: string[]): Promise<void> {
           // of the loop rewrite's cancel checks.
           kernelMs: (s1.computeNs - s0.computeNs) / reps / 1e6,
         },
+        phasesUs: ph,
       };
+      console.log(`  per launch µs: ${Object.entries(ph).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ')}`);
+      if (direct) {
+        const agreeDirect = agree(o.c, direct.c, o.a, o.b, n);
+        if (!(agreeDirect <= 1)) throw new Error(`direct Vulkan FMMUL ${n} disagrees with the engine: ${agreeDirect}`);
+        const st = stats(direct.wall);
+        const kern = direct.kern;
+        row.direct = {
+          ...st, tflops: tf(st.bestMs), transferQueue: direct.transferQueue, agreeWorst: agreeDirect, interleavedRounds: rounds,
+          kernelBestMs: kern.length ? Math.min(...kern) : null, kernelTflops: kern.length ? tf(Math.min(...kern)) : null,
+        };
+        console.log(`GEMM ${n}³ direct Vulkan (interleaved with the engine's launches): ${st.bestMs.toFixed(2)} ms best, median ${st.medianMs.toFixed(2)}, ${rate(tf(st.bestMs))}; kernel only ${kern.length ? rate(tf(Math.min(...kern))) : '?'}`);
+      }
       console.log(`GEMM ${n}³ engine (${where}): ${st.bestMs.toFixed(2)} ms best, ${rate(tf(st.bestMs))} (first launch ${firstMs.toFixed(1)} ms; dispatch ${((s1.computeNs - s0.computeNs) / reps / 1e6).toFixed(2)} ms)`);
       // The streaming choice, measured: panels of at least W workgroups (default 512); a W
       // larger than the grid means one panel (copy all, compute, copy back on the copy queues).
@@ -275,12 +349,17 @@ export async function main(argv: string[]): Promise<void> {
       // against the copy queues with semaphores.
       if (where === 'vram' && info.memory === 'device' && n <= 2048 && info.transferQueues > 0) {
         const sweep: Record<string, number> = {};
+        const sweepPhases: Record<string, ReturnType<typeof phasesUs>> = {};
         const saved = process.env.VUGPU_VK_ONE_QUEUE_BYTES;
         for (const [name, v] of [['copyQueues', '1'], ['computeQueue', String(1 << 30)]] as const) {
           process.env.VUGPU_VK_ONE_QUEUE_BYTES = v;
-          sweep[name] = Math.min(...await timeLaunches(ch, K.FMMUL, o.bufs, p, Math.max(5, reps)));
-          console.log(`  copies on the ${name === 'copyQueues' ? 'copy queues' : 'compute queue'}: ${sweep[name]!.toFixed(3)} ms`);
+          const p0 = native.vulkanStats().dispatchPhases;
+          const t = await timeLaunches(ch, K.FMMUL, o.bufs, p, Math.max(5, reps));
+          sweepPhases[name] = phasesUs(p0, native.vulkanStats().dispatchPhases, t);
+          sweep[name] = Math.min(...t);
+          console.log(`  copies on the ${name === 'copyQueues' ? 'copy queues' : 'compute queue'}: ${sweep[name]!.toFixed(3)} ms; µs ${Object.entries(sweepPhases[name]!).map(([k, x]) => `${k} ${x.toFixed(1)}`).join(', ')}`);
         }
+        (row[where] as Record<string, unknown>).queueSweepPhasesUs = sweepPhases;
         if (saved === undefined) delete process.env.VUGPU_VK_ONE_QUEUE_BYTES;
         else process.env.VUGPU_VK_ONE_QUEUE_BYTES = saved;
         (row[where] as Record<string, unknown>).queueSweepBestMs = sweep;
@@ -290,23 +369,9 @@ export async function main(argv: string[]): Promise<void> {
     }
     if (!ref) continue;
 
-    // (a) The same SPIR-V straight through Vulkan, same transfers (the plan's one launch).
+    // The portable shader (fmmul.comp) on the direct path, kernel time: what the GPU form buys.
     if (plan.dispatches.length === 1) {
-      const d = plan.dispatches[0]!;
-      const bytes = fs.readFileSync(plan.spv ? new URL(plan.spv, SPIRV_DIR).pathname : builtinSpvPath(K.FMMUL));
-      const words = new Uint32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-      const dc = new Float32Array(n * n).fill(NaN);
-      const r = native.vulkanDirectRun({ words, buffers: [ref.a, ref.b, dc], writable: [false, false, true], push: d.push, grid: d.grid, reps: reps + 1 });
-      const wall = r.wallNs.slice(1).map((x) => x / 1e6), kern = r.kernelNs.slice(1).map((x) => x / 1e6);
-      const agreeDirect = agree(ref.c, dc, ref.a, ref.b, n);
-      if (!(agreeDirect <= 1)) throw new Error(`direct Vulkan FMMUL ${n} disagrees with the engine: ${agreeDirect}`);
-      const st = stats(wall);
-      row.direct = {
-        ...st, tflops: tf(st.bestMs), transferQueue: r.transferQueue, agreeWorst: agreeDirect,
-        kernelBestMs: kern.length ? Math.min(...kern) : null, kernelTflops: kern.length ? tf(Math.min(...kern)) : null,
-      };
-      console.log(`GEMM ${n}³ direct Vulkan: ${st.bestMs.toFixed(2)} ms, ${rate(tf(st.bestMs))}; kernel only ${kern.length ? rate(tf(Math.min(...kern))) : '?'}`);
-      // The portable shader (fmmul.comp) on the same path, kernel time: what the GPU form buys.
+      const dc = new Float32Array(n * n);
       if (plan.spv && gpu) {
         const pp = new Uint8Array(16);
         new DataView(pp.buffer).setUint32(0, n, true);
@@ -340,10 +405,11 @@ export async function main(argv: string[]): Promise<void> {
     if (cb) row.cublas = cb;
 
     // Ratios (best times) and the copies against PCIe.
-    const eng = (row.vram ?? row.sysmem) as { bestMs: number; perLaunch: { uploadMiB: number; downloadMiB: number } };
-    const dir = row.direct as { bestMs: number; kernelBestMs: number | null } | undefined;
+    const eng = (row.vram ?? row.sysmem) as { bestMs: number; medianMs: number; perLaunch: { uploadMiB: number; downloadMiB: number } };
+    const dir = row.direct as { bestMs: number; medianMs: number; kernelBestMs: number | null } | undefined;
     row.ratios = {
       engineVsDirect: dir ? dir.bestMs / eng.bestMs : null,
+      engineVsDirectMedian: dir ? dir.medianMs / eng.medianMs : null,
       engineVsCublasWithTransfers: cb ? cb.withTransfersMs / eng.bestMs : null,
       engineVsCpuEngine: (row.cpuEngine as { bestMs: number }).bestMs / eng.bestMs,
     };

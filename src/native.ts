@@ -134,10 +134,11 @@ export interface VulkanAddon {
    * device-memory path's copies, streamed panels, device losses and rebuilds; dispatchPhases:
    * where the pool thread's time per dispatch went (sums: setup = lane, imports, staging and
    * descriptors; record; queueSubmit = vkQueueSubmit; wait = until the fence; finish =
-   * timestamps and write-back). */
+   * timestamps and write-back); replays: launches that submitted the command buffer their lane
+   * recorded for the identical launch before it. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; generation: number; computeNs: number;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number;
     dispatchPhases: { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number };
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */

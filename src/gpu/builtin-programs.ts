@@ -65,8 +65,10 @@ export interface PlanRun {
 export function runPlan(r: PlanRun, watchdogMs: number, done: (res: JobResult) => void): number {
   const { plan, ch } = r;
   const started = process.hrtime.bigint();
-  // A device lost (and rebuilt) between two dispatches of the plan loses the launch too.
-  const generation = r.backend.generation?.();
+  // A device lost (and rebuilt) between two dispatches of the plan loses the launch too. One
+  // dispatch needs no check here: the addon fails a dispatch queued before a loss.
+  const chained = plan.dispatches.length > 1 || (plan.dispatches[0]?.repeat ?? 1) > 1;
+  const generation = chained ? r.backend.generation?.() : undefined;
   let index = 0;
   let repeats = 0;
   let deviceNs = 0;

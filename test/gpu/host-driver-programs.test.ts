@@ -107,6 +107,51 @@ describe.skipIf(!haveBackend)('launchProgram on the Vulkan device', () => {
     for (let i = 0; i < 128; i++) expect(o.u32[i]).toBe(42_000 + 5 + i);
   });
 
+  it('an identical relaunch submits the recorded command buffer again; any change records anew', async () => {
+    // out[i] = in[i] * p.mul + p.add over grid × 64 invocations; each launch checks every word,
+    // so a replayed command buffer with stale parameters, windows or grid shows as wrong data.
+    const mod = r.drv.programBuffer(r.vm, glsl(`#version 450
+      layout(local_size_x = 64) in;
+      layout(set = 0, binding = 0) readonly buffer I { uint i_[]; };
+      layout(set = 0, binding = 1) writeonly buffer O { uint o[]; };
+      layout(push_constant) uniform P { uint mul; uint add; } p;
+      void main() { uint x = gl_GlobalInvocationID.x; o[x] = i_[x] * p.mul + p.add; }`));
+    const other = r.drv.programBuffer(r.vm, glsl(`#version 450
+      layout(local_size_x = 64) in;
+      layout(set = 0, binding = 0) readonly buffer I { uint i_[]; };
+      layout(set = 0, binding = 1) writeonly buffer O { uint o[]; };
+      layout(push_constant) uniform P { uint mul; uint add; } p;
+      void main() { uint x = gl_GlobalInvocationID.x; o[x] = i_[x] + p.mul * p.add + 7u; }`));
+    const n = 256;
+    const inp = r.vram(4 * n), out1 = r.vram(4 * n), out2 = r.vram(4 * n);
+    const replays = () => native.vulkanStats().replays;
+    const run = async (prog: typeof mod, out: typeof out1, mul: number, add: number, groups: number, seed: number) => {
+      for (let i = 0; i < n; i++) inp.u32[i] = (i * 2654435761 + seed) >>> 0;
+      out.u32.fill(0xdeadbeef);
+      await r.ch.launchProgram(prog, {
+        grid: [groups, 1, 1], push: new Uint8Array(new Uint32Array([mul, add]).buffer),
+        buffers: [{ va: inp.va, length: 4 * n, readOnly: true }, { va: out.va, length: 4 * n }],
+      });
+      for (let i = 0; i < n; i++) {
+        const want = i < groups * 64 ? (prog === mod ? (Math.imul(inp.u32[i]!, mul) + add) >>> 0 : (inp.u32[i]! + mul * add + 7) >>> 0) : 0xdeadbeef;
+        if (out.u32[i] !== want) expect({ i, got: out.u32[i], want }).toBeNull();
+      }
+    };
+    await run(mod, out1, 3, 1, 4, 0);
+    let r0 = replays();
+    await run(mod, out1, 3, 1, 4, 11); // identical launch, new input data
+    await run(mod, out1, 3, 1, 4, 12);
+    expect(replays() - r0).toBe(2);
+    r0 = replays();
+    await run(mod, out1, 5, 1, 4, 13); // parameters
+    await run(mod, out1, 5, 1, 2, 14); // grid
+    await run(mod, out2, 5, 1, 2, 15); // another output window
+    await run(other, out2, 5, 1, 2, 16); // another program
+    expect(replays() - r0).toBe(0);
+    await run(other, out2, 5, 1, 2, 17);
+    expect(replays() - r0).toBe(1);
+  });
+
   it('reports the BAD_PROGRAM reason: entry point, writable READ_ONLY binding, grid; the rebound channel works', async () => {
     const mod = r.drv.programBuffer(r.vm, spirv('guest/programs/vecadd.spv'));
     const bufs = [r.vram(4096), r.vram(4096), r.vram(4096)];

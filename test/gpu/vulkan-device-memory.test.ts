@@ -153,6 +153,22 @@ describe('device-memory path (forced on the test device)', () => {
           expect(s1.downloadBytes - s0.downloadBytes).toBe(4 * n * n);
         }
       }
+      // One panel (a GEMM too small for row panels): B still streams, in slabs, on the copy
+      // queues' chain (forced onto lavapipe's one queue); n = 512: 1 MiB of B in 4 slices.
+      process.env.VUGPU_VK_MAX_PANELS = '1';
+      process.env.VUGPU_VK_CHAIN_ONE_QUEUE = '1';
+      process.env.VUGPU_VK_K_SLAB_BYTES = String(256 << 10);
+      for (const where of ['vram', 'sysmem'] as const) {
+        const s0 = native.vulkanStats();
+        await engineFmmul(r, 512, where, 99);
+        const s1 = native.vulkanStats();
+        expect({ where, panels: s1.panels - s0.panels, kSlices: s1.kSlices - s0.kSlices }).toEqual({ where, panels: 0, kSlices: 4 });
+        expect(s1.uploadBytes - s0.uploadBytes).toBe(2 * 4 * 512 * 512);
+        expect(s1.downloadBytes - s0.downloadBytes).toBe(4 * 512 * 512);
+      }
+      delete process.env.VUGPU_VK_MAX_PANELS;
+      delete process.env.VUGPU_VK_CHAIN_ONE_QUEUE;
+      process.env.VUGPU_VK_K_SLAB_BYTES = '65536';
       // Turned off: no slices, same results within the tolerance.
       process.env.VUGPU_VK_K_SLICES = '1';
       const s0 = native.vulkanStats();
@@ -161,6 +177,8 @@ describe('device-memory path (forced on the test device)', () => {
     } finally {
       delete process.env.VUGPU_VK_K_SLAB_BYTES;
       delete process.env.VUGPU_VK_K_SLICES;
+      delete process.env.VUGPU_VK_MAX_PANELS;
+      delete process.env.VUGPU_VK_CHAIN_ONE_QUEUE;
     }
   });
 

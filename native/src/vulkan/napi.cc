@@ -513,6 +513,7 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("rebuilds", double(s.rebuilds.load()));
   o.Set("warmUps", double(s.warmUps.load()));
   o.Set("kSlices", double(s.kSlices.load()));
+  o.Set("replays", double(s.replays.load()));
   Napi::Object ph = Napi::Object::New(env);
   ph.Set("dispatches", double(s.dispatches.load()));
   ph.Set("setupNs", double(s.setupNs.load()));

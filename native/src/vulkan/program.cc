@@ -40,7 +40,7 @@ void Program::DestroyObjects() {
 
 namespace {
 
-constexpr uint64_t kSpinNs = 100'000;  // polling before the first blocking wait (GPUs only)
+constexpr uint64_t kSpinUs = 100;  // polling before the first blocking wait (GPUs only; VUGPU_VK_SPIN_US)
 
 // A CPU device's time for one launch, without timestamp queries: from its submission (or, when
 // the queue was still running earlier work then, from the end of that work, as seen by the
@@ -149,6 +149,7 @@ int Build(Program& prog, const spirv::Prepared& pp, const CompileInput& in) {
     prog.pipeline = VK_NULL_HANDLE;
     return CompileFail(prog, "vkCreateComputePipelines", r);
   }
+  prog.serial = NextSerial();
   return 0;
 }
 
@@ -160,11 +161,10 @@ constexpr uint32_t kMaxPanels = 16;
 // engine-vulkan.json, panelSweepBestMs.
 constexpr uint32_t kDefaultMaxPanels = 4;
 // Staged launches moving at most this much go on the compute queue in one command buffer
-// (VUGPU_VK_ONE_QUEUE_BYTES overrides). A 1024³ FMMUL (one panel, 16 MiB moved; 12 with C's
-// upload skipped) is under it already: in the H100 run (bench/results/engine-vulkan.json) its
-// queueSweepBestMs.computeQueue, 0.78 ms, is this same path as its default row's 1.11 ms (timed
-// first, right after the compiling launch), and the copy queues took 0.97 ms — no reason there
-// to move the constant.
+// (VUGPU_VK_ONE_QUEUE_BYTES overrides), unless they stream an operand (kOnePanelSlabBytes: a
+// 1024³ FMMUL does, on the copy queues). The two queue paths without a stream measured within
+// noise of each other at 1024³ on the H100 (compute queue 0.83 and 0.68 ms best in two runs,
+// copy queues 0.95 and 0.61; bench/results/engine-vulkan.json, queueSweepBestMs).
 constexpr uint64_t kOneQueueBytes = 32ull << 20;
 // A panel streams at least kPanelBytes and has at least kPanelWorkgroups workgroups (enough to
 // fill an H100's 132 SMs about once: measured there before the k slices, 256 beat 128, 512 and
@@ -474,6 +474,11 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
 // most kMaxKSlices: each slice re-reads and re-writes the first panel's output and adds a
 // dispatch, so slabs much smaller than a panel's own upload gain nothing.
 constexpr uint64_t kKSlabBytes = 32ull << 20;
+// A launch of one panel streams its operand too, in slabs of at least this: a 1024³ GEMM's B
+// (4 MiB) as 2 slabs. On the H100 (bench/_gemmprobe.ts, 3 interleaved rounds of 100 launches)
+// 1024³ went from 553 µs best / 634 p50 (copies on the compute queue) to 516 / 578 (direct
+// Vulkan: 526 / 550), and 2048³ from 1735 / 1845 to 1567 / 1865 (direct 1871 / 1907).
+constexpr uint64_t kOnePanelSlabBytes = 2ull << 20;
 constexpr uint32_t kMaxKSlices = 8;
 
 // Plans the first panel's k slices (KStream) once the panels are known. On a GPU the first
@@ -482,7 +487,7 @@ constexpr uint32_t kMaxKSlices = 8;
 void PlanKStream(Run& R, uint32_t panels) {
   const DispatchInput& in = R.in;
   const DispatchInput::KStream& k = in.kStream;
-  if (!in.builtin || k.binding == UINT32_MAX || panels < 2 || !R.c.info.staging) return;
+  if (!in.builtin || k.binding == UINT32_MAX || !R.c.info.staging) return;
   const uint64_t maxSlices = std::min<uint64_t>(EnvOr("VUGPU_VK_K_SLICES", kMaxKSlices), kMaxKSlices);
   if (maxSlices < 2 || k.rowBytes == 0) return;
   size_t bi = SIZE_MAX;
@@ -500,7 +505,7 @@ void PlanKStream(Run& R, uint32_t panels) {
   if (!u32(k.k0Offset, &kb) || !u32(k.k1Offset, &ke) || !u32(k.accumulateOffset, &acc) || ke <= kb) return;
   const uint64_t addr = in.windows[k.binding], len = in.lengths[k.binding];
   if (uint64_t(ke) * k.rowBytes > len) return;
-  uint64_t s = std::min<uint64_t>(maxSlices, len / EnvOr("VUGPU_VK_K_SLAB_BYTES", kKSlabBytes));
+  uint64_t s = std::min<uint64_t>(maxSlices, len / EnvOr("VUGPU_VK_K_SLAB_BYTES", panels < 2 ? kOnePanelSlabBytes : kKSlabBytes));
   if (s < 2) return;
   // Slices of k in multiples of 16 (the GEMM shaders step k by 16 per loop pass).
   const uint32_t step = uint32_t(((ke - kb + s - 1) / s + 15) / 16 * 16);
@@ -808,32 +813,19 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   }
   uint32_t rowsPer = R.in.grid[1];
   const uint32_t panels = PanelCount(R, &rowsPer);
-  if (staged && !(panels == 1 && di.transferQueues == 0)) {
+  // One panel on a device without copy queues: one command buffer, nothing to overlap.
+  // VUGPU_VK_CHAIN_ONE_QUEUE=1 runs the chain there anyway (tests: lavapipe has one queue).
+  if (staged && (panels > 1 || di.transferQueues > 0 || EnvOr("VUGPU_VK_CHAIN_ONE_QUEUE", 0))) {
     PlanKStream(R, panels);
     VkResult r = PrepareStagingLane(c, lane, panels + R.ks.slices - 1);
     if (r) return r == VK_ERROR_DEVICE_LOST ? (R.abandoned = true, LostHere(c, "lane")) : -ENOMEM;
     if (panels > 1) GetImportStats().panels += panels;
   }
 
-  VkDescriptorSet sets[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
-  if (!WriteSets(c, lane, prog, R.infos, sets)) return -ENOMEM;
-  // Host writes before vkQueueSubmit are visible to the device (submission's implicit host
-  // write ordering).
-  lane->controlWords[0] = 0;
-  lane->controlWords[1] = 0;
-
-  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  f.vkResetCommandPool(c.device, lane->cmdPool, 0);
-  if (staged && lane->xferPool && lane->xferPool != lane->cmdPool) f.vkResetCommandPool(c.device, lane->xferPool, 0);
-  VkResult r = VK_SUCCESS;
-  f.vkResetFences(c.device, 1, &lane->fence);
-  bool submitted = false;
-  uint64_t up = 0, down = 0, zeroed = 0, submitNs = 0;
-  const uint64_t recordNs = NowNs();
   // Small staged launches (most of the GPUvm benchmarks, NOP) copy on the compute queue in the
   // same command buffer: one submission, no cross-queue semaphores (their latency is more than
-  // the copies). Large ones use the copy engines, in panels where the plan allows.
+  // the copies). Large ones, and those streaming an operand, use the copy engines, in panels
+  // where the plan allows.
   bool oneCmd = !staged;
   if (staged && panels == 1) {
     uint64_t bytes = 0;
@@ -843,9 +835,54 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       PanelRegions(R, g, 0, 1, rowsPer, true, &reg);
     }
     for (auto& x : reg) bytes += x.size;
-    oneCmd = bytes <= EnvOr("VUGPU_VK_ONE_QUEUE_BYTES", kOneQueueBytes) || di.transferQueues == 0;
+    oneCmd = R.ks.slices < 2 && (bytes <= EnvOr("VUGPU_VK_ONE_QUEUE_BYTES", kOneQueueBytes) || di.transferQueues == 0);
   }
-  if (oneCmd) {
+  // A launch identical to the lane's last one submits the same command buffer and descriptor
+  // sets again (H100: recording and descriptor writes are ~10 of a NOP program's ~45 µs on the
+  // pool thread). Only without staged copies: then what was recorded depends on the program,
+  // grid, parameters and the windows' imports alone — all in the key, by serial.
+  thread_local std::vector<uint64_t> key;  // pool threads live long: no allocation per launch
+  key.clear();
+  const bool replayable = oneCmd && (!staged || R.groups.empty()) && !EnvOr("VUGPU_VK_NO_REPLAY", 0);
+  if (replayable) {
+    key.reserve(8 + R.in.params.size() / 8 + 3 * R.infos.size());
+    key.assign({prog.serial, R.ts ? 1u : 0u, R.in.grid[0], R.in.grid[1], R.in.grid[2], prog.pushRange});
+    for (size_t o = 0; o < prog.pushRange; o += 8) {
+      uint64_t w = 0;
+      if (o < R.in.params.size()) memcpy(&w, R.in.params.data() + o, std::min<size_t>({8, R.in.params.size() - o, prog.pushRange - o}));
+      key.push_back(w);
+    }
+    for (size_t i = 0; i < R.infos.size(); i++) {
+      const int gi = R.groupOf[i];
+      key.push_back(gi < 0 ? 0 : R.groups[size_t(gi)].imp->serial);
+      key.push_back(R.infos[i].offset);
+      key.push_back(R.infos[i].range);
+    }
+  }
+  const bool replay = replayable && key == lane->replayKey;
+  if (!replay) lane->replayKey.clear();  // the sets and command buffers change below
+
+  VkDescriptorSet sets[2] = {lane->replaySets[0], lane->replaySets[1]};
+  if (!replay && !WriteSets(c, lane, prog, R.infos, sets)) return -ENOMEM;
+  // Host writes before vkQueueSubmit are visible to the device (submission's implicit host
+  // write ordering).
+  lane->controlWords[0] = 0;
+  lane->controlWords[1] = 0;
+
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = replayable ? 0 : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  if (!replay) {
+    f.vkResetCommandPool(c.device, lane->cmdPool, 0);
+    if (staged && lane->xferPool && lane->xferPool != lane->cmdPool) f.vkResetCommandPool(c.device, lane->xferPool, 0);
+  }
+  VkResult r = VK_SUCCESS;
+  f.vkResetFences(c.device, 1, &lane->fence);
+  bool submitted = false;
+  uint64_t up = 0, down = 0, zeroed = 0, submitNs = 0;
+  const uint64_t recordNs = NowNs();
+  if (replay) {
+    GetImportStats().replays++;
+  } else if (oneCmd) {
     VkCommandBuffer cmd = lane->cmd;
     f.vkBeginCommandBuffer(cmd, &bi);
     std::vector<VkBufferCopy> reg, fills;
@@ -878,6 +915,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       GetImportStats().zeroedBytes += zeroed;
     }
     if (f.vkEndCommandBuffer(cmd)) return -ENOMEM;
+  }
+  if (oneCmd) {
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &lane->cmd;
@@ -889,6 +928,11 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     if (r == VK_ERROR_DEVICE_LOST) return R.abandoned = true, LostHere(c, "vkQueueSubmit");
     if (r != VK_SUCCESS) return -ENOMEM;
     submitted = true;
+    if (replayable && !replay) {
+      lane->replayKey = key;
+      lane->replaySets[0] = sets[0];
+      lane->replaySets[1] = sets[1];
+    }
   } else {
     // Panel p: upload its rows (all of the other bindings with panel 0) → compute its rows →
     // write them back. Three queues, ordered by two timeline semaphores; upload p+1 and
@@ -1050,7 +1094,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   // A GPU finishes short launches in microseconds: poll briefly before sleeping in the driver
   // (H100: empty launch 44 → 22 µs). Not on a CPU device, whose threads need the cores.
   if (!di.cpuDevice) {
-    uint64_t until = NowNs() + kSpinNs;
+    uint64_t until = NowNs() + EnvOr("VUGPU_VK_SPIN_US", kSpinUs) * 1000;
     while (NowNs() < until && f.vkWaitForFences(c.device, 1, &lane->fence, VK_TRUE, 0) == VK_TIMEOUT) {
     }
   }

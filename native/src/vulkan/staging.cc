@@ -174,6 +174,7 @@ VkResult AcquireImport(Context& c, uint64_t start, uint64_t size, HostImport** o
     return r;
   }
   imp->users = 1;
+  imp->serial = NextSerial();
   std::vector<HostImport*> evict;
   if (cacheable) {
     std::lock_guard<std::mutex> lk(c.impMu);

@@ -112,10 +112,17 @@ struct DeviceInfo {
 
 // A host range imported as device-visible memory (VK_EXT_external_memory_host), with a buffer
 // over all of it. Cached per Context while the range lies in an engine window (staging.cc).
+// Serial numbers for pipelines and imports: unique for the process's life.
+inline uint64_t NextSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 struct HostImport {
   uint64_t start = 0, size = 0;
   VkDeviceMemory mem = VK_NULL_HANDLE;
   VkBuffer buf = VK_NULL_HANDLE;
+  uint64_t serial = 0;    // unique per import made (a freed handle's value may come back)
   uint32_t users = 0;     // dispatches using it now
   bool cached = false;    // in Context::imports (else freed after its dispatch)
   bool dead = false;      // its window was unmapped while in use: freed by the last user
@@ -147,6 +154,11 @@ struct Lane {
   std::vector<VkCommandBuffer> upCmd, compCmd, downCmd;
   VkSemaphore upSem = VK_NULL_HANDLE, compSem = VK_NULL_HANDLE;
   uint64_t tl = 0;
+  // What `cmd` and the descriptor sets hold when they can be submitted again unchanged (a launch
+  // without staged copies identical to the lane's last one): program and import serials, grid,
+  // parameters, windows. Empty = nothing replayable.
+  std::vector<uint64_t> replayKey;
+  VkDescriptorSet replaySets[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
 };
 
 // The queues a dispatch submits to; they may all be one queue (then one mutex).
@@ -219,6 +231,7 @@ struct Program {
   VkDescriptorSetLayout set0 = VK_NULL_HANDLE, set1 = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkPipeline pipeline = VK_NULL_HANDLE;
+  uint64_t serial = 0;  // unique per pipeline built (a lane's replayKey names it)
   // What it was compiled from: after a device rebuild it is compiled again on the new device
   // (under objMu held exclusively; dispatches hold it shared while they use the objects).
   std::shared_ptr<const struct CompileInput> source;
@@ -282,6 +295,7 @@ struct ImportStats {
   std::atomic<uint64_t> rebuilds{0}, losses{0};
   std::atomic<uint64_t> warmUps{0};  // new pipelines dispatched once on the warm-up device (CPU devices)
   std::atomic<uint64_t> kSlices{0};  // first panels run as slices of k (KStream)
+  std::atomic<uint64_t> replays{0};  // launches that submitted their lane's last command buffer again
   std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
   // Where a dispatch's wall time goes on the pool thread (sums over `dispatches`): lane,
   // imports, staging and descriptors; recording; vkQueueSubmit; until the fence; timestamps
