@@ -475,7 +475,7 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
 // dispatch, so slabs much smaller than a panel's own upload gain nothing.
 constexpr uint64_t kKSlabBytes = 32ull << 20;
 // A launch of one panel streams its operand too, in slabs of at least this: a 1024³ GEMM's B
-// (4 MiB) as 2 slabs. On the H100 (bench/_gemmprobe.ts, 3 interleaved rounds of 100 launches)
+// (4 MiB) as 2 slabs. On the H100 (a probe: 3 rounds of 100 launches, interleaved with direct)
 // 1024³ went from 553 µs best / 634 p50 (copies on the compute queue) to 516 / 578 (direct
 // Vulkan: 526 / 550), and 2048³ from 1735 / 1845 to 1567 / 1865 (direct 1871 / 1907).
 constexpr uint64_t kOnePanelSlabBytes = 2ull << 20;
