@@ -886,7 +886,9 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     VkCommandBuffer cmd = lane->cmd;
     f.vkBeginCommandBuffer(cmd, &bi);
     std::vector<VkBufferCopy> reg, fills;
-    if (staged) {
+    // Nothing staged (a launch without buffers): no copies, so no barriers around them.
+    const bool copies = staged && !R.groups.empty();
+    if (copies) {
       for (const Group& g : R.groups) {
         reg.clear();
         fills.clear();
@@ -901,8 +903,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       f.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb,
                              0, nullptr, 0, nullptr);
     }
-    RecordCompute(R, cmd, sets, 0, R.in.grid[1], true, true, staged);
-    if (staged) {
+    RecordCompute(R, cmd, sets, 0, R.in.grid[1], true, true, copies);
+    if (copies) {
       for (const Group& g : R.groups) {
         reg.clear();
         PanelRegions(R, g, 0, 1, rowsPer, true, &reg);
