@@ -232,10 +232,11 @@ export interface NativeAddon extends VulkanAddon {
   /** Reserve a contiguous range and mmap each extent MAP_FIXED|MAP_SHARED in order. Offsets and
    * lengths must be page multiples and lie inside each fd (RangeError / Error otherwise). A guard
    * page follows the window; readonly windows are private copy-on-write like mmap(readonly)
-   * unless `shared` (for a device that pins pages and only reads them: windows.ts). The
+   * unless `shared` (for a device that pins pages and only reads them: windows.ts); `transient`:
+   * unmapped after one launch (a staging device copies it rather than pinning its pages). The
    * caller must not unmapWindow() a window while a submitted job
    * that uses it has not completed: the addon does not track window users. */
-  mapWindow(extents: Extent[], readonly: boolean, shared?: boolean): MapWindow;
+  mapWindow(extents: Extent[], readonly: boolean, shared?: boolean, transient?: boolean): MapWindow;
   /** Unmap a window (idempotent). Detaches the ArrayBuffer from windowBuffer(), if any. */
   unmapWindow(id: number): void;
   /** External ArrayBuffer over a window, for JS-side access; detached by unmapWindow(). */

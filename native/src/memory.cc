@@ -14,7 +14,7 @@
 
 // The Vulkan backend caches host imports of ranges inside live windows (vulkan/staging.cc).
 namespace vugpu::vk {
-void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv);
+void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv, bool transient);
 void NoteWindowUnmapped(uint64_t addr, uint64_t len);
 }  // namespace vugpu::vk
 #include <vector>
@@ -269,8 +269,11 @@ Napi::Value MapWindow(const Napi::CallbackInfo& info) {
   // shared: a read-only window that still maps the fds MAP_SHARED, for a device that pins the
   // pages it reads (a GPU's host import pins the private copies of a copy-on-write mapping, so
   // later writes to the fd never reach it). Only for readers that never write through it.
-  bool shared;
-  if (!ArgOptBool(info, 1, "readonly", false, &ro) || !ArgOptBool(info, 2, "shared", false, &shared))
+  // transient: unmapped after one launch (the Vulkan backend's device-memory path then copies
+  // it through a pinned buffer instead of importing its pages: vulkan/staging.cc).
+  bool shared, transient;
+  if (!ArgOptBool(info, 1, "readonly", false, &ro) || !ArgOptBool(info, 2, "shared", false, &shared) ||
+      !ArgOptBool(info, 3, "transient", false, &transient))
     return env.Undefined();
   Napi::Array arr = info[0].As<Napi::Array>();
   struct Ext {
@@ -338,7 +341,7 @@ Napi::Value MapWindow(const Napi::CallbackInfo& info) {
     while (id == 0 || g_windows.count(id));
     g_windows[id] = Window{base, size_t(total), reserved};
   }
-  vugpu::vk::NoteWindowMapped(uint64_t(uintptr_t(base)), total, priv);
+  vugpu::vk::NoteWindowMapped(uint64_t(uintptr_t(base)), total, priv, transient);
   Napi::Object res = Napi::Object::New(env);
   res.Set("id", Napi::Number::New(env, id));
   res.Set("address", Napi::BigInt::New(env, uint64_t(uintptr_t(base))));

@@ -39,7 +39,8 @@ export class WindowCache {
   acquire(extents: Extent[], readonly: boolean): WindowRef {
     const fresh = readonly && this.readOnly === 'fresh';
     if (this.max === 0 || fresh || !extents.every((e) => e.fd === this.vramFd)) {
-      const w = native.mapWindow(extents, readonly);
+      // Mapped for this launch only: a staging device copies it rather than pinning its pages.
+      const w = native.mapWindow(extents, readonly, false, true);
       return { id: w.id, address: w.address, release: () => native.unmapWindow(w.id) };
     }
     const shared = readonly && this.readOnly === 'shared';

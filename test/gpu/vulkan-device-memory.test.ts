@@ -182,6 +182,32 @@ describe('device-memory path (forced on the test device)', () => {
     }
   });
 
+  it('operands in guest system memory (windows of one launch) go through pinned bounce buffers, VRAM ones are imported', async () => {
+    // A sysmem window is mapped per launch: importing it would pin its pages every time.
+    const n = 64, bytes = 4 * n * n;
+    const s0 = native.vulkanStats();
+    await engineFmmul(r, n, 'sysmem', 5);
+    const s1 = native.vulkanStats();
+    // A and B bounced up (C is zero-filled on the device, then written back through its bounce).
+    expect({ bounced: s1.bounceBytes - s0.bounceBytes, imports: s1.imports - s0.imports, hits: s1.importHits - s0.importHits })
+      .toEqual({ bounced: expect.any(Number), imports: 0, hits: 0 });
+    expect(s1.bounceBytes - s0.bounceBytes).toBeGreaterThanOrEqual(2 * bytes);
+    await engineFmmul(r, n, 'vram', 6);
+    const s2 = native.vulkanStats();
+    expect(s2.bounceBytes - s1.bounceBytes).toBe(0);
+    expect(s2.imports - s1.imports + s2.importHits - s1.importHits).toBeGreaterThan(0);
+    // Imported anyway on request (measurement): same results, no bounce.
+    process.env.VUGPU_VK_IMPORT_TRANSIENT = '1';
+    try {
+      await engineFmmul(r, n, 'sysmem', 7);
+      const s3 = native.vulkanStats();
+      expect(s3.bounceBytes - s2.bounceBytes).toBe(0);
+      expect(s3.imports - s2.imports).toBeGreaterThan(0);
+    } finally {
+      delete process.env.VUGPU_VK_IMPORT_TRANSIENT;
+    }
+  });
+
   it('relaunching over the same VRAM windows reuses their imports', async () => {
     const n = 64, bytes = 4 * n * n;
     const a = r.vram(bytes), b = r.vram(bytes), c = r.vram(bytes);

@@ -377,9 +377,14 @@ int AcquireStaged(Run& R) {
   uint64_t t0 = NowNs();
   uint64_t hits0 = GetImportStats().cacheHits.load();
   size_t fresh = 0;
+  // A window mapped for this launch only (guest system memory) is copied through a pooled
+  // pinned buffer: importing it would pin and map its pages for the device at every launch
+  // (VUGPU_VK_IMPORT_TRANSIENT=1 imports it anyway, for measurement).
+  const bool bounceTransient = !EnvOr("VUGPU_VK_IMPORT_TRANSIENT", 0);
   for (Group& g : R.groups) {
     const uint64_t size = g.end - g.start;
-    VkResult r = AcquireImport(c, g.start, size, &g.imp);
+    const bool transient = bounceTransient && InsideTransientWindow(g.start, size);
+    VkResult r = transient ? VK_ERROR_FEATURE_NOT_PRESENT : AcquireImport(c, g.start, size, &g.imp);
     if (r == VK_ERROR_DEVICE_LOST) {
       g.imp = nullptr;
       return LostHere(c, "import");

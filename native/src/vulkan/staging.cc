@@ -21,7 +21,8 @@ namespace {
 // Live windows [addr, addr + len) and live contexts (their import caches), process-wide.
 struct LiveWindow {
   uint64_t addr, len;
-  bool priv;  // a private copy-on-write mapping (a read-only window)
+  bool priv;       // a private copy-on-write mapping (a read-only window)
+  bool transient;  // mapped for one launch
 };
 std::mutex g_regMu;
 std::vector<LiveWindow> g_windows;
@@ -130,9 +131,16 @@ void UnregisterContext(Context* c) {
   g_contexts.erase(std::remove(g_contexts.begin(), g_contexts.end(), c), g_contexts.end());
 }
 
-void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv) {
+void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv, bool transient) {
   std::lock_guard<std::mutex> lk(g_regMu);
-  g_windows.push_back({addr, len, priv});
+  g_windows.push_back({addr, len, priv, transient});
+}
+
+bool InsideTransientWindow(uint64_t start, uint64_t size) {
+  std::lock_guard<std::mutex> lk(g_regMu);
+  for (auto& w : g_windows)
+    if (start >= w.addr && start + size <= w.addr + w.len) return w.transient;
+  return false;
 }
 
 void NoteWindowUnmapped(uint64_t addr, uint64_t len) {

@@ -304,8 +304,11 @@ struct ImportStats {
 };
 
 // Engine windows (native/src/memory.cc tells us): an import of a range inside a live window may
-// be cached; its unmapping drops every cached import over it, in every context.
-void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv);
+// be cached; its unmapping drops every cached import over it, in every context. A transient
+// window lives for one launch (guest system memory): the device-memory path copies it through a
+// pooled pinned buffer instead of importing (pinning) its pages every time.
+void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv, bool transient);
+bool InsideTransientWindow(uint64_t start, uint64_t size);
 void NoteWindowUnmapped(uint64_t addr, uint64_t len);
 
 // ---- the device-memory path (staging.cc) ----
