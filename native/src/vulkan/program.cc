@@ -372,6 +372,10 @@ int AcquireZeroCopy(Run& R) {
 
 // Device memory: a device-local copy per group, its host side imported (or, where the driver
 // refuses to import the range, a host-visible bounce buffer filled by the CPU).
+// Copy regions of group g for panel p (below).
+void PanelRegions(Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t rowsPer, bool down,
+                  std::vector<VkBufferCopy>* out, std::vector<VkBufferCopy>* fills = nullptr);
+
 int AcquireStaged(Run& R) {
   Context& c = R.c;
   uint64_t t0 = NowNs();
@@ -392,9 +396,14 @@ int AcquireStaged(Run& R) {
     if (r != VK_SUCCESS) {
       g.imp = nullptr;
       if ((r = AcquirePoolBuf(c, size, true, &g.bounce)) != VK_SUCCESS) return ImportError(c, r);
-      memcpy(static_cast<uint8_t*>(g.bounce.map) + (g.lo - g.start),
-             reinterpret_cast<const void*>(uintptr_t(g.lo)), g.hi - g.lo);
-      GetImportStats().bounceBytes += g.hi - g.lo;
+      // Only what is uploaded: a binding the plan zero-fills on the device is never read.
+      std::vector<VkBufferCopy> reg;
+      PanelRegions(R, g, 0, 1, R.in.grid[1], false, &reg);
+      for (const VkBufferCopy& x : reg) {
+        memcpy(static_cast<uint8_t*>(g.bounce.map) + x.srcOffset,
+               reinterpret_cast<const void*>(uintptr_t(g.start + x.srcOffset)), x.size);
+        GetImportStats().bounceBytes += x.size;
+      }
     } else {
       fresh++;
     }
@@ -539,7 +548,7 @@ void PlanKStream(Run& R, uint32_t panels) {
 // Copy regions of group g for panel p (upload or download): offsets relative to g.start. An
 // upload leaves out the zeroed bindings' ranges and lists them in *fills when given.
 void PanelRegions(Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t rowsPer, bool down,
-                  std::vector<VkBufferCopy>* out, std::vector<VkBufferCopy>* fills = nullptr) {
+                  std::vector<VkBufferCopy>* out, std::vector<VkBufferCopy>* fills) {
   const DispatchInput& in = R.in;
   if (g.panel >= 0) {
     uint32_t b = R.prog.setBindings[size_t(g.panel)];
