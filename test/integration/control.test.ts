@@ -22,7 +22,7 @@ const CLI = path.resolve(import.meta.dirname, '../../src/cli.ts');
 // still running after the last control action). A round took ~2.5 s under TCG when this was
 // written and ~0.7 s after the issue-10 driver work, when 40 rounds once ended first: 100.
 const RUNNING = ['--only', 'nop:madd:mmul:backprop:hotspot', '--repeat', '100'];
-const THIRD = ['--only', 'nop:madd:cpy', '--repeat', '8'];
+const THIRD = ['--only', 'nop:madd:cpy', '--repeat', '24'];
 const GUEST_TIMEOUT_MS = 900_000;
 
 let manifest: Manifest;
