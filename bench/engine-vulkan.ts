@@ -162,6 +162,12 @@ async function timeLaunches(ch: HostChannel, kernel: number, bufs: { va: number;
 
 type Phases = ReturnType<typeof native.vulkanStats>['dispatchPhases'];
 
+/** acc[k] += b[k] − a[k] for every numeric field. */
+function addDelta<T extends object>(acc: T, a: T, b: T): void {
+  for (const k of Object.keys(acc) as (keyof T)[])
+    if (typeof acc[k] === 'number') (acc[k] as number) += (b[k] as number) - (a[k] as number);
+}
+
 /** Blocks of engine launches and direct runs per size, alternating. */
 const ROUNDS = 5;
 
@@ -172,14 +178,15 @@ function directRunner(plan: NonNullable<ReturnType<typeof builtinPlan>>, a: Floa
   const d = plan.dispatches[0]!;
   const bytes = fs.readFileSync(plan.spv ? new URL(plan.spv, SPIRV_DIR).pathname : builtinSpvPath(K.FMMUL));
   const words = new Uint32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-  const r = { c: new Float32Array(n * n).fill(NaN), wall: [] as number[], kern: [] as number[], transferQueue: false, run: (k: number) => {} };
-  r.run = (k: number) => {
-    const x = native.vulkanDirectRun({ words, buffers: [a, b, r.c], writable: [false, false, true], push: d.push, grid: d.grid, reps: k + 1 });
-    r.wall.push(...x.wallNs.slice(1).map((v) => v / 1e6));
-    r.kern.push(...x.kernelNs.slice(1).map((v) => v / 1e6));
-    r.transferQueue = x.transferQueue;
+  const c = new Float32Array(n * n).fill(NaN), wall: number[] = [], kern: number[] = [];
+  let transferQueue = false;
+  const run = (k: number) => {
+    const x = native.vulkanDirectRun({ words, buffers: [a, b, c], writable: [false, false, true], push: d.push, grid: d.grid, reps: k + 1 });
+    wall.push(...x.wallNs.slice(1).map((v) => v / 1e6));
+    kern.push(...x.kernelNs.slice(1).map((v) => v / 1e6));
+    transferQueue = x.transferQueue;
   };
-  return r;
+  return { c, wall, kern, run, get transferQueue() { return transferQueue; } };
 }
 
 /** Where a launch's time went, per launch in µs: the pool thread's dispatch phases (setup = lane,
@@ -254,14 +261,10 @@ export async function main(argv: string[]): Promise<void> {
       // Direct Vulkan on copies of the inputs (its own pinned buffers), between the engine's blocks.
       const direct = where === args.where[0] && plan.dispatches.length === 1 ? directRunner(plan, o.a.slice(), o.b.slice(), n) : null;
       // Each block starts with an untimed launch, as each direct run starts with an untimed
-      // repetition (the first after the other path ran is slower on both).
-      // The GPU's clocks drop while it idles (the CPU engine's runs, checks): launch for 300 ms
-      // before timing.
-      for (const until = now() + 300_000_000n; now() < until;) await ch.launch(K.FMMUL, o.bufs, p);
-      const s0 = { ...native.vulkanStats() };
-      const sums = { ...s0 };
-      for (const key of Object.keys(sums) as (keyof typeof sums)[]) if (typeof sums[key] === 'number') (sums[key] as number) = 0;
-      const inside: Phases = { dispatches: 0, setupNs: 0, recordNs: 0, queueSubmitNs: 0, waitNs: 0, finishNs: 0 };
+      // repetition (the first after the other path ran is slower on both). s0 + the blocks'
+      // deltas = s1: the timed launches' counters alone (no warm-up launch, no direct run).
+      const s0 = native.vulkanStats();
+      const s1 = structuredClone(s0);
       const t: number[] = [];
       for (let r = 0; r < rounds; r++) {
         const k = Math.floor(reps / rounds) + (r < reps % rounds ? 1 : 0);
@@ -269,15 +272,10 @@ export async function main(argv: string[]): Promise<void> {
         const a = native.vulkanStats();
         t.push(...await timeLaunches(ch, K.FMMUL, o.bufs, p, k));
         const b = native.vulkanStats();
-        for (const key of Object.keys(sums) as (keyof typeof sums)[])
-          if (typeof b[key] === 'number') (sums[key] as number) += (b[key] as number) - (a[key] as number);
-        for (const key of Object.keys(inside) as (keyof Phases)[]) inside[key] += b.dispatchPhases[key] - a.dispatchPhases[key];
+        addDelta(s1, a, b);
+        addDelta(s1.dispatchPhases, a.dispatchPhases, b.dispatchPhases);
         direct?.run(k);
       }
-      // s1 − s0: the timed launches' counters alone (no warm-up launch, no direct run).
-      const s1 = { ...sums } as typeof s0;
-      for (const key of Object.keys(s1) as (keyof typeof s1)[]) if (typeof s1[key] === 'number') (s1[key] as number) += s0[key] as number;
-      s1.dispatchPhases = Object.fromEntries(Object.entries(inside).map(([k, v]) => [k, v + s0.dispatchPhases[k as keyof Phases]])) as Phases;
       const ph = phasesUs(s0.dispatchPhases, s1.dispatchPhases, t);
       const worst = check(n, o.a, o.b, o.c);
       if (!(worst <= 1)) throw new Error(`engine FMMUL ${n} (${where}) is wrong: error ${worst} × tolerance`);
