@@ -7,7 +7,8 @@
 //     same seed + iteration replays the same input) with a known reason and a message;
 //   - an accepted module's rewritten words pass SPIRV-Tools again (programValidate), pass the
 //     independent structural check below (verifyRewrite: no cycle of the CFG avoids an
-//     instrumented back-edge but a small constant loop's, re-proven here, with loopLimit 0, every return of the entry point reports a stop, loop tags), and
+//     instrumented back-edge but a small constant loop's, re-proven here (with loop-cut
+//     detection: and its guard), every return of the entry point reports a stop, loop tags), and
 //     its entry info is within the limits;
 //   - "rewritten module failed validation" never happens (that is a front-end bug);
 //   - the same input gives the same answer (checked on a sample).
@@ -221,12 +222,15 @@ const LITERALS_FROM: Record<number, number> = { 8: 2, 61: 4, 62: 3, 79: 5, 81: 4
  *    those edges leaves nothing) — with loopLimit 0 the load may be the periodic one: an OpPhi of
  *    it from a block L and of 0 from the block B that branches to L when its back-edge count
  *    ((vugpu_backedges + 1) & (2^k − 1), k ≤ 10, the variable only ever stored its value + 1)
- *    is 0; with loopLimit 0, an unchecked back-edge (a plain OpBranch to
- *    its header) is cut too when this file proves the loop's trip count constant (smallTrips) and
- *    its product with those of the enclosing unchecked loops ≤ SMALL_TRIPS;
+ *    is 0; an unchecked back-edge (a plain OpBranch to its header) is cut too when this file
+ *    proves the loop's trip count constant (smallTrips) and its product with those of the
+ *    enclosing unchecked loops ≤ SMALL_TRIPS — with loopLimit > 0 only when a checked loop around
+ *    it guards it (DontUnroll, a plain back-edge, every path from the small loop's merge reaching
+ *    that back-edge: see `guarded`);
  *  - every return of the entry point is the merge of a selection whose arm does
  *    atomicMax(control.status);
- *  - with loop-cut detection (loopLimit > 0): every loop merge block starts with a check of the
+ *  - with loop-cut detection (loopLimit > 0): every loop merge block but a guarded small loop's
+ *    starts with a check of the
  *    tag against a constant unique to its loop, every edge that enters a loop sets the tag to that
  *    constant (a store of it, or of a select naming it, in the block or in a block split off the
  *    edge), and every other predecessor of a merge block except a cancel exit writes the tag. */
@@ -466,13 +470,46 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
       return n;
     };
     const found = new Map<number, number>();
-    const loops = [...headers].map(([h, m]) => ({ h, body: bodyOf(h, m), n: trips(h, m, bodyOf(h, m)) }))
+    const loops = [...headers].map(([h, m]) => ({ h, m, body: bodyOf(h, m), n: trips(h, m, bodyOf(h, m)) }))
       .sort((a, b) => index.get(a.h)! - index.get(b.h)!);
+    // With loop-cut detection: a checked loop G around S, marked DontUnroll, whose continue target
+    // ends in the plain back-edge (rewritten: cancel-only exit), with every path from S's merge in
+    // blocks that reach that continue target without passing G's header.
+    const guarded = (s: (typeof loops)[number]): boolean => {
+      const sm = index.get(s.m);
+      if (sm === undefined) return false;
+      return loops.some((g) => {
+        if (g === s || found.has(g.h) || !g.body.has(index.get(s.h)!)) return false;
+        const gk = index.get(g.h)!, lm = insts[f.blocks[gk]!.end - 1]!;
+        if ((word(lm, 3) & 3) !== 2 /* DontUnroll only */) return false;
+        const ck = index.get(word(lm, 2));
+        if (ck === undefined || ck === gk) return false;
+        const ct = insts[f.blocks[ck]!.end]!;
+        if (ct.op !== Op.BranchConditional || word(ct, 2) !== g.h || word(ct, 3) !== g.m) return false;
+        const ls: number[] = [];
+        leaves(word(ct, 1), ls);
+        if (ls.length !== 1 || !isCancel(ls[0]!)) return false;
+        const reach = new Set<number>([ck]);
+        const work = [ck];
+        while (work.length) {
+          const q = work.pop()!;
+          for (const p of preds.get(f.blocks[q]!.label) ?? []) if (p !== gk && !reach.has(p)) { reach.add(p); work.push(p); }
+        }
+        const seen = new Set<number>([sm]);
+        work.push(sm);
+        while (work.length) {
+          const q = work.pop()!;
+          if (q === gk || !reach.has(q)) return false;
+          if (q !== ck) for (const x of targets(q)) { const j = index.get(x); if (j !== undefined && !seen.has(j)) { seen.add(j); work.push(j); } }
+        }
+        return true;
+      });
+    };
     for (const l of loops) {
       if (l.n === undefined) continue;
       let product = l.n;
       for (const o of loops) if (o !== l && found.has(o.h) && o.body.has(index.get(l.h)!)) product *= Math.max(o.n!, 1);
-      if (product <= SMALL_TRIPS) found.set(l.h, l.n);
+      if (product <= SMALL_TRIPS && (opts.loopLimit === 0 || guarded(l))) found.set(l.h, l.n);
     }
     return found;
   }
@@ -518,9 +555,10 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
       const prev = insts[b.end - 1]!;
       if (b.end - 1 > b.start && prev.op === Op.LoopMerge) headers.set(b.label, word(prev, 1));
     }
-    // Unchecked small loops (loopLimit 0): header label → trip count, proven here from the
-    // output words alone: the same pattern as the rewrite's (Rewriter::constTrip), written anew.
-    const small = opts.loopLimit === 0 ? smallLoops(f, headers, index) : new Map<number, number>();
+    // Unchecked small loops: header label → trip count, proven here from the output words alone:
+    // the same pattern as the rewrite's (Rewriter::constTrip), written anew; with loop-cut
+    // detection only those with a guard.
+    const small = smallLoops(f, headers, index);
     const succ: number[][] = f.blocks.map(() => []);
     const cancelExits = new Set<string>();  // "from→merge" edges that only a cancel takes
     const targetsOf = (k: number): number[] => {
@@ -610,7 +648,7 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
       }
     for (const [h, m] of headers) {
       const mk = index.get(m);
-      if (mk === undefined) continue;
+      if (mk === undefined || small.has(h)) continue;  // a guarded small loop keeps no tag
       // the merge block's check: OpLoad(tag) == constant
       const mb = f.blocks[mk]!;
       let tag: number | undefined;
@@ -646,7 +684,7 @@ export interface FuzzStats {
   byReason: Record<string, number>;
   byMutation: Record<string, { runs: number; accepted: number }>;
   validatorPassedInputs: number;  // inputs that certainly passed the validator (accepted, or refused by the analysis)
-  uncheckedLoops: number;  // accepted modules with small constant loops left unchecked (loopLimit 0)
+  uncheckedLoops: number;  // accepted modules with small constant loops left unchecked
   findings: { iteration: number; problem: string; mutations: string[] }[];
   ms: number;
 }
@@ -738,8 +776,6 @@ function check(res: Prepared, input: Uint32Array, entry: number, lim: Limits): s
     const b = e.bindings[k]!;
     if (b.binding >= lim.maxBindings || (k > 0 && b.binding <= e.bindings[k - 1]!.binding)) return 'bad bindings';
   }
-  // every loop must be checked where the device cuts loops (the detection needs them all)
-  if (lim.loopLimit > 0 && res.uncheckedLoops?.length) return 'unchecked loops with loop-cut detection';
   const s = verifyRewrite(res.words, { loopLimit: lim.loopLimit, entryIndex: entry });
   if (s) return `structure: ${s}`;
   if (res.words.length < input.length) return 'rewritten module shorter than the input';

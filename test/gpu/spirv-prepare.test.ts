@@ -288,10 +288,10 @@ describe('programPrepare: small constant loops on devices that do not cut loops'
     const r = run(sgemm(), 0);
     expect(r.edges.map((e) => e.kind)).toEqual(['checked', 'plain']);
     expect(r.unchecked).toEqual([r.edges[1]!.header]);
-    // with loop-cut detection (lavapipe) every loop is checked, as before
+    // with loop-cut detection (lavapipe) too: the k0 loop guards it (see below)
     const d = run(sgemm(), LAVAPIPE_CAP);
-    expect(d.edges.map((e) => e.kind)).toEqual(['checked', 'checked']);
-    expect(d.unchecked).toEqual([]);
+    expect(d.edges.map((e) => e.kind)).toEqual(['checked', 'plain']);
+    expect(d.unchecked).toEqual([d.edges[1]!.header]);
     // negative control: TILE = 1000 in the rewritten words — the checker no longer proves the
     // inner loop small, so its cycle is one without a stop check
     const broken = r.words.slice();
@@ -348,5 +348,53 @@ describe('programPrepare: small constant loops on devices that do not cut loops'
     const r = run(ssa, 0);
     expect(r.edges.map((e) => e.kind)).toEqual(['plain']);
     expect(run(ssa, LAVAPIPE_CAP).edges.map((e) => e.kind)).toEqual(['checked']);
+  });
+});
+
+describe('programPrepare: small constant loops on devices that cut loops (lavapipe)', () => {
+  const run = (words: Uint32Array) => {
+    const r = prepare(words, { limits: { loopLimit: LAVAPIPE_CAP } });
+    expect(r.message).toBe('');
+    expect(native.programValidate(r.words!)).toBeNull();
+    expect(verifyRewrite(r.words!, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toBeNull();
+    return { unchecked: [...r.uncheckedLoops!], kinds: backEdges(r.words!).map((e) => e.kind), words: r.words! };
+  };
+  const shader = (body: string) => compileGlsl(loopShader(body));
+  const inner = 'for (uint j = 0u; j < 16u; j++) v[g] += float(i * j);';
+
+  it('a small loop inside a checked for loop keeps no check (nor tag: verifyRewrite); the guard gets DontUnroll', () => {
+    const r = run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} }`));
+    expect(r.kinds).toEqual(['checked', 'plain']);
+    expect(r.unchecked).toHaveLength(1);
+    const dis = disassemble(r.words);
+    expect(dis.match(/OpLoopMerge %\w+ %\w+ DontUnroll/g)).toHaveLength(1);
+    // a continue after it still reaches the guard's back-edge
+    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) continue; v[g] += 1.0; }`)).kinds).toEqual(['checked', 'plain']);
+  });
+
+  it('keeps the tag and the check where no guard is sure to see a cut', () => {
+    // no loop around it
+    expect(run(shader(inner.replace('i * j', 'j'))).kinds).toEqual(['checked']);
+    // a break or a return after it leaves the outer loop without its end-of-pass
+    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) break; }`)).kinds).toEqual(['checked', 'checked']);
+    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) return; }`)).kinds).toEqual(['checked', 'checked']);
+    // a do-while around it leaves in its continue construct, before the end of the pass
+    expect(run(shader(`uint i = 0u; do { ${inner} i++; } while (i < p.n);`)).kinds).toEqual(['checked', 'checked']);
+    // a small loop around it is no guard; a checked one further out is
+    const two = run(shader(`for (uint i = 0u; i < p.n; i++) for (uint k = 0u; k < 4u; k++) { ${inner} }`));
+    expect(two.kinds).toEqual(['checked', 'plain', 'plain']);
+  });
+
+  it('the structural check refuses a guard that NIR could unroll (negative control)', () => {
+    const r = run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} }`));
+    const broken = r.words.slice();
+    let patched = 0;
+    for (let off = 5; off < broken.length; off += broken[off]! >>> 16)
+      if ((broken[off]! & 0xffff) === 246 /* OpLoopMerge */ && broken[off + 3] === 2) {
+        broken[off + 3] = 0;
+        patched++;
+      }
+    expect(patched).toBe(1);
+    expect(verifyRewrite(broken, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toMatch(/without the stop check/);
   });
 });

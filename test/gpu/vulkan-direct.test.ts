@@ -9,6 +9,7 @@ import path from 'node:path';
 import { native } from '../../src/native.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { rig, type Rig } from './helpers.ts';
+import { compileGlsl } from './spirv-helpers.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const DEVICE = process.env.VUGPU_TEST_VULKAN_DEVICE ?? 'llvmpipe';
@@ -67,6 +68,52 @@ describe.skipIf(!haveDevice)('vulkanDirectRun with the rewrite', () => {
       native.vulkanDirectRun({ words: pp.words!, entry: pp.entry!.name, control: true, buffers: [out], writable: [true], push: u32s(iterations, 7), grid: [1, 1, 1] });
     expect(run(1000).status).toBe(0);
     expect(run(200_000).status).toBe(2);
+  });
+
+  it('a cut inside an untagged small loop is reported by its guard (lavapipe: status 2, never a wrong result)', () => {
+    if (!backend.limits.loopLimit) return; // a GPU cuts no loops
+    // Per outer iteration 14 end-of-passes: the inner loop's 12 iterations take 13 passes (the
+    // last one only leaves it: a break is a mask in gallivm, the pass still ends) + the outer
+    // one's. lavapipe's 65,535 runs out at the first end-of-pass of the inner loop in outer
+    // iteration 4682, leaving that inner loop after 1 of its 12 iterations. The body is long
+    // enough that NIR keeps it a loop (unrolled, 4,700 outer iterations stay under the cap).
+    const terms = Array.from({ length: 20 }, (_, k) => `acc += float((i * j + ${k + 1}u) & 7u);`).join('\n        ');
+    const src = `#version 450
+layout(local_size_x = 8) in;
+layout(set = 0, binding = 0) buffer B { float v[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() {
+  float acc = 0.0;
+  for (uint i = 0u; i < p.n; i++) {
+    for (uint j = 0u; j < 12u; j++) {
+        ${terms}
+    }
+  }
+  v[gl_GlobalInvocationID.x] = acc;
+}`;
+    const pp = native.programPrepare(compileGlsl(src), 0, new Uint32Array(0), backend.limits);
+    expect(pp.reason).toBe(0);
+    expect(pp.uncheckedLoops).toHaveLength(1); // the inner loop: untagged, guarded by the outer one
+    const run = (n: number) => {
+      const out = new Float32Array(8).fill(NaN);
+      const r = native.vulkanDirectRun({ words: pp.words!, entry: pp.entry!.name, control: true, buffers: [out], writable: [true], push: u32s(n), grid: [1, 1, 1] });
+      return { status: r.status, v: out[3]! };
+    };
+    const want = (n: number) => {
+      let acc = 0;
+      for (let i = 0; i < n; i++) for (let j = 0; j < 12; j++) for (let k = 1; k <= 20; k++) acc += ((i * j + k) >>> 0) & 7;
+      return acc;
+    };
+    expect(run(100)).toEqual({ status: 0, v: want(100) });
+    expect(run(4600)).toEqual({ status: 0, v: want(4600) }); // 64,400 end-of-passes: under the cap
+    expect(run(4700).status).toBe(2);
+    // negative control: without the detection (the rewrite for a device that cuts no loops) the
+    // same launch reports success with a wrong sum
+    const blind = native.programPrepare(compileGlsl(src), 0, new Uint32Array(0), { ...backend.limits, loopLimit: 0 });
+    const out = new Float32Array(8);
+    const r = native.vulkanDirectRun({ words: blind.words!, entry: blind.entry!.name, control: true, buffers: [out], writable: [true], push: u32s(4700), grid: [1, 1, 1] });
+    expect(r.status).toBe(0);
+    expect(out[3]).toBeLessThan(want(4700));
   });
 
   it('refuses malformed variants', () => {

@@ -12,13 +12,14 @@
 //   entry returns  status = loop_cut ? 2 : cancel != 0 ? 1 : 0; if nonzero, atomicMax into
 //                  control.status inside a small selection construct before the OpReturn.
 //   OpUnreachable  becomes a return (an early loop exit may now reach a block that was unreachable).
-//   small loops    with loopLimit == 0 only (GPUs: nothing cuts loops there), a loop whose trip count
-//                  is a proven constant keeps its back-edge as is, when that count times the counts
-//                  of every enclosing loop left so is ≤ kSmallTrips: a check there stops NVIDIA's
-//                  compiler from unrolling it (SGEMM's 16-step inner loop ran 18× slower), and
-//                  an enclosing checked loop (or the launch's end) still stops it within
-//                  kSmallTrips iterations. Proven = see Rewriter::constTrip; anything else is
-//                  checked. The skipped headers are reported (Prepared::uncheckedLoops).
+//   small loops    a loop whose trip count is a proven constant keeps its back-edge as is, when
+//                  that count times the counts of every enclosing loop left so is ≤ kSmallTrips:
+//                  a check there stops NVIDIA's compiler from unrolling it (SGEMM's 16-step inner
+//                  loop ran 18× slower), and an enclosing checked loop (or the launch's end) still
+//                  stops it within kSmallTrips iterations. Proven = see Rewriter::constTrip;
+//                  anything else is checked. With loop-cut detection only a small loop that has a
+//                  guard (see smallLoops) is left so, untagged too (lavapipe: tagging SGEMM's
+//                  inner loop cost 6 %). The skipped headers are reported (Prepared::uncheckedLoops).
 //   (Limits::cancelLoadEarly, a benchmark switch: the atomic load moves to the loop header, after
 //   its OpPhis — the header dominates the back-edge — and only the compare stays at the back-edge.)
 //   every 2^k       with loopLimit == 0 (GPUs), a back-edge block B without a merge instruction
@@ -187,7 +188,8 @@ class Rewriter {
   uint32_t constTrip(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
                      const std::vector<std::vector<uint32_t>>& succ, uint32_t hp,
                      const std::unordered_set<uint32_t>& body);
-  std::unordered_set<uint32_t> smallLoops(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos);
+  std::unordered_set<uint32_t> smallLoops(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
+                                         std::unordered_set<uint32_t>* guards);
   std::unordered_map<uint32_t, uint32_t> earlyLoad_;  // header label → its cancel word load (cancelLoadEarly)
   void declareGlobals();
   void emitStatus(Words& v);
@@ -449,9 +451,11 @@ uint32_t Rewriter::constTrip(const Function& f, const std::unordered_map<uint32_
   return trips;
 }
 
-// Loop headers of f whose back-edges keep no check (see the file comment).
+// Loop headers of f whose back-edges keep no check (see the file comment); with loop-cut
+// detection, the guard loop each of them relies on goes into *guards (header labels).
 std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
-                                                  const std::unordered_map<uint32_t, uint32_t>& pos) {
+                                                  const std::unordered_map<uint32_t, uint32_t>& pos,
+                                                  std::unordered_set<uint32_t>* guards) {
   const uint32_t nb = uint32_t(f.blocks.size());
   std::vector<std::vector<uint32_t>> succ(nb);
   for (uint32_t p = 0; p < nb; ++p) {
@@ -461,7 +465,7 @@ std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
       if (auto it = pos.find(ops_.ids[j]); it != pos.end()) succ[p].push_back(it->second);
   }
   struct L {
-    uint32_t hp, trips;
+    uint32_t hp, trips, mp;
     std::unordered_set<uint32_t> body;
   };
   std::vector<L> loops;
@@ -469,7 +473,7 @@ std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
     const Block& b = f.blocks[p];
     if (b.mergeInst == UINT32_MAX || m_.insts[b.mergeInst].op != SpvOpLoopMerge) continue;
     auto mp = pos.find(m_.at(b.mergeInst, 1));
-    L l{p, 0, {}};
+    L l{p, 0, mp == pos.end() ? UINT32_MAX : mp->second, {}};
     // the loop's blocks: reachable from the header without passing its merge
     std::vector<uint32_t> work{p};
     l.body.insert(p);
@@ -482,8 +486,56 @@ std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
     l.trips = constTrip(f, pos, succ, p, l.body);
     loops.push_back(std::move(l));
   }
-  // Outer loops come first (a header precedes the blocks it dominates).
+  // With loop-cut detection a small loop S keeps no tag either, when a checked loop G around it
+  // (its guard) is sure to notice a cut of S: G's continue target ends in OpBranch G (so G's
+  // end-of-pass comes after its continue construct: no do-while exit in between), and every path
+  // from S's merge stays in blocks that reach that continue target without passing G's header
+  // (no break out of G, no return). lavapipe's limiter is one per invocation and stays ≤ 0 once
+  // it cut S, so G's next end-of-pass leaves G too, and G's merge sees G's tag. G's OpLoopMerge
+  // gets DontUnroll: NIR unrolls a loop around another only when it runs at most once, and an
+  // unrolled G would have no end-of-pass.
   std::unordered_set<uint32_t> out;
+  std::vector<std::vector<uint32_t>> pred(nb);
+  if (detect_)
+    for (uint32_t q = 0; q < nb; ++q)
+      for (uint32_t x : succ[q]) pred[x].push_back(q);
+  auto guarded = [&](const L& s) -> uint32_t {
+    if (s.mp == UINT32_MAX) return UINT32_MAX;
+    for (size_t o = 0; o < loops.size(); ++o) {
+      const L& g = loops[o];
+      if (&g == &s || !g.body.count(s.hp) || out.count(f.blocks[g.hp].label)) continue;
+      const Block& gb = f.blocks[g.hp];
+      auto cp = pos.find(m_.at(gb.mergeInst, 2));
+      if (cp == pos.end() || cp->second == g.hp) continue;
+      const Block& cb = f.blocks[cp->second];
+      if (m_.insts[cb.term].op != SpvOpBranch || m_.at(cb.term, 1) != gb.label) continue;
+      // blocks that reach the continue target without passing the header
+      std::vector<bool> reach(nb, false);
+      std::vector<uint32_t> work{cp->second};
+      reach[cp->second] = true;
+      while (!work.empty()) {
+        uint32_t q = work.back();
+        work.pop_back();
+        for (uint32_t x : pred[q])
+          if (x != g.hp && !reach[x]) reach[x] = true, work.push_back(x);
+      }
+      std::vector<bool> seen(nb, false);
+      work = {s.mp};
+      seen[s.mp] = true;
+      bool ok = true;
+      while (ok && !work.empty()) {
+        uint32_t q = work.back();
+        work.pop_back();
+        if (q == g.hp || !reach[q]) ok = false;
+        else if (q != cp->second)
+          for (uint32_t x : succ[q])
+            if (!seen[x]) seen[x] = true, work.push_back(x);
+      }
+      if (ok) return uint32_t(o);
+    }
+    return UINT32_MAX;
+  };
+  // Outer loops come first (a header precedes the blocks it dominates).
   std::vector<bool> skipped(loops.size(), false);
   for (size_t k = 0; k < loops.size(); ++k) {
     if (loops[k].trips == UINT32_MAX) continue;
@@ -491,6 +543,11 @@ std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
     for (size_t o = 0; o < loops.size(); ++o)
       if (o != k && skipped[o] && loops[o].body.count(loops[k].hp)) product *= std::max<uint32_t>(loops[o].trips, 1);
     if (product > kSmallTrips) continue;
+    if (detect_) {
+      uint32_t g = guarded(loops[k]);
+      if (g == UINT32_MAX) continue;
+      guards->insert(f.blocks[loops[g].hp].label);
+    }
     skipped[k] = true;
     out.insert(f.blocks[loops[k].hp].label);
     unchecked.push_back(f.blocks[loops[k].hp].label);
@@ -524,8 +581,28 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     auto it = pos.find(target);
     return it != pos.end() && it->second <= p && loopOfHeader.count(target);
   };
-  // Small constant loops keep their back-edge (loopLimit == 0 only; detection needs every loop).
-  const std::unordered_set<uint32_t> small = detect_ || loops.empty() ? std::unordered_set<uint32_t>{} : smallLoops(f, pos);
+  // Small constant loops keep their back-edge; with detection only those with a guard, and they
+  // get no tag either: to the rest of the rewrite they are not loops.
+  std::unordered_set<uint32_t> guards;
+  const std::unordered_set<uint32_t> small = loops.empty() ? std::unordered_set<uint32_t>{} : smallLoops(f, pos, &guards);
+  if (detect_ && !small.empty()) {
+    std::vector<Loop> kept;
+    loopOfHeader.clear();
+    loopOfMerge.clear();
+    for (const Loop& l : loops) {
+      if (small.count(l.header)) continue;
+      loopOfHeader[l.header] = uint32_t(kept.size());
+      loopOfMerge[l.merge] = uint32_t(kept.size());
+      kept.push_back(l);
+    }
+    loops = std::move(kept);
+    for (uint32_t p = 0; p < nb; ++p) {
+      const Block& b = f.blocks[p];
+      if (!guards.count(b.label)) continue;
+      const uint32_t mi = b.mergeInst;
+      replace_[mi] = {4u << 16 | SpvOpLoopMerge, m_.at(mi, 1), m_.at(mi, 2), SpvLoopControlDontUnrollMask};
+    }
+  }
   auto isChecked = [&](uint32_t target, uint32_t p) { return isBackTarget(target, p) && !small.count(target); };
   const bool detectHere = detect_ && (!loops.empty() || isEntry);
   // The back-edge's "cancel == 0" (its load in the header with cancelLoadEarly).
@@ -921,7 +998,7 @@ Failure Rewriter::run(Words* out) {
     every_ = 1;
     while (every_ * 2 <= std::min<uint32_t>(e, kMaxCancelEvery)) every_ *= 2;  // a power of two
   }
-  if (!detect_) {
+  {
     // Functions with a loop, then their callers, to a fixed point (no recursion in SPIR-V).
     for (const Function& f : a_.functions)
       for (const Block& b : f.blocks)
