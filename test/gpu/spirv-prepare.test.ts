@@ -117,7 +117,7 @@ describe('programPrepare: accepted modules', () => {
     }
     // do-while: cond && ok in the new block
     expect(text(GLSL.doWhile!, { loopLimit: 0 })).toMatch(new RegExp(periodic(63).source + String.raw`%(\w+) = OpLogicalAnd %bool %\w+ %\10\s+OpBranchConditional %\11 `));
-    // With detection (lavapipe) every back-edge still loads it.
+    // With detection (lavapipe) every back-edge still loads it (measured cheaper there).
     expect(text(GLSL.forLoop!, { loopLimit: LAVAPIPE_CAP })).not.toMatch(/vugpu_backedges/);
     // The structural check insists on the counter: one that stepped by 2 would not pass.
     const words = accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.1'), { limits: { loopLimit: 0 } }).words;
@@ -370,6 +370,19 @@ describe('programPrepare: small constant loops on devices that cut loops (lavapi
     expect(dis.match(/OpLoopMerge %\w+ %\w+ DontUnroll/g)).toHaveLength(1);
     // a continue after it still reaches the guard's back-edge
     expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) continue; v[g] += 1.0; }`)).kinds).toEqual(['checked', 'plain']);
+  });
+
+  it('sgemm: the k0 loop pays nothing for its tag per iteration (its exit becomes a selection even though its body starts with one)', () => {
+    const r = run(compileGlsl(fs.readFileSync(path.join(repoRoot, 'guest/programs/sgemm.comp'), 'utf8'), 'vulkan1.1'));
+    expect(r.kinds).toEqual(['checked', 'plain']);
+    const lines = disassemble(r.words).split('\n').map((l) => l.trim());
+    const header = lines.findIndex((l) => /^OpLoopMerge %\w+ %\w+ DontUnroll$/.test(l));
+    expect(lines[header + 1]).toMatch(/^OpBranch %(\w+)$/);
+    const cond = lines.indexOf(`${lines[header + 1]!.split(' ')[1]} = OpLabel`);
+    const end = lines.findIndex((l, i) => i > cond && /^OpBranch(Conditional)? /.test(l));
+    const block = lines.slice(cond, end + 1);
+    expect(block.filter((l) => l.startsWith('OpStore'))).toEqual([]);  // the tag is restored on the exit edge only
+    expect(block.at(-2)).toMatch(/^OpSelectionMerge /);
   });
 
   it('keeps the tag and the check where no guard is sure to see a cut', () => {

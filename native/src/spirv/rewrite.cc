@@ -26,7 +26,9 @@
 //                   loads the word only every Limits::cancelEvery-th checked back-edge of the
 //                   invocation (kCancelEvery by default): on a GPU the load is an L2 round trip
 //                   that a loop with barriers cannot overlap (the SGEMM sample ran 1.31× slower
-//                   checking every iteration). B counts in a Private uint and branches:
+//                   checking every iteration). (On lavapipe, with the detection, the counter and
+//                   selection cost more than the load they save: SGEMM 1.05× against 1.02–1.03×.)
+//                   B counts in a Private uint and branches:
 //                     B: n1 = vugpu_backedges + 1; store; due = (n1 & (every-1)) == 0
 //                        OpSelectionMerge M; OpBranchConditional due L M
 //                     L: cw = atomic load; OpBranch M
@@ -43,8 +45,8 @@
 //   leaving it       by any of its exits: tag = the saved one (edges that enter or leave a loop
 //                    are split into a new block, so iterations pay nothing; a do-while's exit,
 //                    in the continue construct, selects the tag every iteration instead);
-//   its merge block  tag still T(loop) and the launch not cancelled = the device cut the loop:
-//                    private vugpu_loop_cut = 2;
+//   its merge block  tag still T(loop) = the device cut the loop, or a cancel's exit left it:
+//                    private vugpu_loop_cut = 2 (reported unless the launch was cancelled);
 //   returns          of functions with loops restore the tag the function started with.
 #define SPV_ENABLE_UTILITY_CODE
 #include <spirv/unified1/spirv.h>
@@ -287,15 +289,13 @@ uint32_t Rewriter::cancelledNot(Words& v) {
 
 // Replaces an OpReturn of the entry point: report a stop in the control block, then return.
 void Rewriter::emitStatus(Words& v) {
-  uint32_t ok = cancelledNot(v), st = fresh();
-  Emit(v, SpvOpSelect, {tUint_, st, ok, c0_, c1_});
+  // cancelled: 1; else the cut flag (0 or 2) with detection
+  uint32_t ok = cancelledNot(v), st = fresh(), cut = c0_;
   if (detect_) {
-    uint32_t cut = fresh(), hit = fresh(), st2 = fresh();
+    cut = fresh();
     Emit(v, SpvOpLoad, {tUint_, cut, vCut_});
-    Emit(v, SpvOpINotEqual, {tBool_, hit, cut, c0_});
-    Emit(v, SpvOpSelect, {tUint_, st2, hit, cut, st});
-    st = st2;
   }
+  Emit(v, SpvOpSelect, {tUint_, st, ok, cut, c1_});
   uint32_t any = fresh(), write = fresh(), merge = fresh(), ps = fresh(), old = fresh();
   Emit(v, SpvOpINotEqual, {tBool_, any, st, c0_});
   Emit(v, SpvOpSelectionMerge, {merge, SpvSelectionControlMaskNone});
@@ -626,7 +626,9 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     return ok;
   };
   // Blocks that already have a structural role (merge or continue targets, loop headers): a new
-  // OpSelectionMerge may not name them.
+  // OpSelectionMerge may not name them. A selection header may be a merge block (as the second of
+  // two ifs in a row is): SGEMM's k0 loop body starts with one, and without the split its exit's
+  // tag update ran every iteration (a shared-memory load and store: lavapipe, ~5 %).
   std::unordered_set<uint32_t> structural;
   std::unordered_map<uint32_t, uint32_t> preds;  // label → number of branches to it
   for (const Block& b : f.blocks) {
@@ -636,9 +638,10 @@ Failure Rewriter::rewriteFunction(const Function& f) {
   }
   for (const Block& b : f.blocks) {
     if (b.mergeInst == UINT32_MAX) continue;
-    structural.insert(b.label);
     structural.insert(m_.at(b.mergeInst, 1));
-    if (m_.insts[b.mergeInst].op == SpvOpLoopMerge) structural.insert(m_.at(b.mergeInst, 2));
+    if (m_.insts[b.mergeInst].op != SpvOpLoopMerge) continue;
+    structural.insert(b.label);
+    structural.insert(m_.at(b.mergeInst, 2));
   }
 
   // Function variables (must lead the first block) and the prologue after the existing ones.
@@ -689,7 +692,8 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     uint32_t op = m_.insts[t].op;
     uint32_t insertAt = b.mergeInst != UINT32_MAX ? b.mergeInst : t;
 
-    // Merge block of a loop: left without taking an exit (and not cancelled) = the device cut it.
+    // Merge block of a loop: left without taking an exit = the device cut it, or a cancel did
+    // (the returns tell them apart: a cancelled launch reports 1, whatever the cut flag says).
     if (detectHere) {
       if (auto it = loopOfMerge.find(b.label); it != loopOfMerge.end()) {
         uint32_t start = b.first + 1;
@@ -697,13 +701,11 @@ Failure Rewriter::rewriteFunction(const Function& f) {
                              m_.insts[start].op == SpvOpNoLine))
           ++start;
         Words& v = before_[start];
-        uint32_t cur = fresh(), same = fresh(), both = fresh(), st = fresh(), st2 = fresh();
+        uint32_t cur = fresh(), same = fresh(), st = fresh(), st2 = fresh();
         Emit(v, SpvOpLoad, {tUint_, cur, tagPtr});
         Emit(v, SpvOpIEqual, {tBool_, same, cur, loops[it->second].tagConst});
-        uint32_t ok = cancelledNot(v);
-        Emit(v, SpvOpLogicalAnd, {tBool_, both, same, ok});
         Emit(v, SpvOpLoad, {tUint_, st, vCut_});
-        Emit(v, SpvOpSelect, {tUint_, st2, both, c2_, st});
+        Emit(v, SpvOpSelect, {tUint_, st2, same, c2_, st});
         Emit(v, SpvOpStore, {vCut_, st2});
       }
     }
@@ -790,21 +792,6 @@ Failure Rewriter::rewriteFunction(const Function& f) {
                                    " is an OpSwitch"};
     }
 
-    if (periodic && backEdge) {
-      // B ends in the selection; L loads the word; M takes the (rewritten) back-edge branch.
-      Words sel;
-      uint32_t pc = fresh();
-      Emit(sel, SpvOpSelectionMerge, {mLabel, SpvSelectionControlMaskNone});
-      Emit(sel, SpvOpBranchConditional, {due, lLabel, mLabel});
-      Emit(sel, SpvOpLabel, {lLabel});
-      Emit(sel, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
-      Emit(sel, SpvOpAtomicLoad, {tUint_, cwLoad, pc, cScope_, c0_});
-      Emit(sel, SpvOpBranch, {mLabel});
-      Emit(sel, SpvOpLabel, {mLabel});
-      sel.insert(sel.end(), mBody.begin(), mBody.end());
-      sel.insert(sel.end(), fin.begin(), fin.end());
-      fin = std::move(sel);
-    }
     Words tail;  // a block added after this one (a split edge)
     if (detectHere) {
       // What taking an edge to `target` does to the tag: leave a loop (restore its parent tag),
@@ -848,12 +835,13 @@ Failure Rewriter::rewriteFunction(const Function& f) {
       } else if (backEdge) {
         if (doWhileExit) {
           // The do-while's own exit runs in the continue construct, where no block may be added:
-          // select the tag instead (every iteration).
+          // select the tag instead (every iteration), in the block that takes the exit (M when
+          // periodic: its cond is defined there).
           const Loop& l = loops[loopOfMerge[doWhileExit]];
           uint32_t pv = fresh(), val = fresh();
-          Emit(v, SpvOpLoad, {tUint_, pv, l.parentVar});
-          Emit(v, SpvOpSelect, {tUint_, val, doWhileCond, l.tagConst, pv});
-          Emit(v, SpvOpStore, {tagPtr, val});
+          Emit(w, SpvOpLoad, {tUint_, pv, l.parentVar});
+          Emit(w, SpvOpSelect, {tUint_, val, doWhileCond, l.tagConst, pv});
+          Emit(w, SpvOpStore, {tagPtr, val});
         }
       } else if (fop == SpvOpBranchConditional) {
         uint32_t t1 = fin[2], t2 = fin[3];
@@ -920,6 +908,22 @@ Failure Rewriter::rewriteFunction(const Function& f) {
       }
     }
 
+    if (periodic && backEdge) {
+      // (after the detection's code: a do-while's tag select goes into M's body)
+      // B ends in the selection; L loads the word; M takes the (rewritten) back-edge branch.
+      Words sel;
+      uint32_t pc = fresh();
+      Emit(sel, SpvOpSelectionMerge, {mLabel, SpvSelectionControlMaskNone});
+      Emit(sel, SpvOpBranchConditional, {due, lLabel, mLabel});
+      Emit(sel, SpvOpLabel, {lLabel});
+      Emit(sel, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
+      Emit(sel, SpvOpAtomicLoad, {tUint_, cwLoad, pc, cScope_, c0_});
+      Emit(sel, SpvOpBranch, {mLabel});
+      Emit(sel, SpvOpLabel, {mLabel});
+      sel.insert(sel.end(), mBody.begin(), mBody.end());
+      sel.insert(sel.end(), fin.begin(), fin.end());
+      fin = std::move(sel);
+    }
     if (op == SpvOpUnreachable || op == SpvOpReturn || op == SpvOpReturnValue) {
       fin.clear();
       if (isEntry && op != SpvOpReturnValue) {
