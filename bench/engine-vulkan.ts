@@ -23,7 +23,7 @@ import { HostDriver, type HostChannel, type GpuVm } from '../src/gpu/host-driver
 import { K } from '../src/gpu/kernels.ts';
 import { TARGET_SYSMEM } from '../src/gpu/spec.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
-import { builtinPlan, builtinSpvPath, SPIRV_DIR } from '../src/gpu/program/builtins.ts';
+import { builtinPlan, builtinSpvPath, setGemmGpuTile, SPIRV_DIR } from '../src/gpu/program/builtins.ts';
 import { repoRoot, quantile } from './lib/common.ts';
 
 interface Args {
@@ -367,6 +367,29 @@ export async function main(argv: string[]): Promise<void> {
         if (saved === undefined) delete process.env.VUGPU_VK_ONE_QUEUE_BYTES;
         else process.env.VUGPU_VK_ONE_QUEUE_BYTES = saved;
         (row[where] as Record<string, unknown>).queueSweepBestMs = sweep;
+      }
+      // FMMUL's tile where the plan may pick 64×64 (fewer than 128 workgroups of 128×128):
+      // both forms interleaved, best wall and the dispatch span (timestamps).
+      if (where === 'vram' && info.memory === 'device' && n <= 2048) {
+        const tiles: Record<string, { bestMs: number; kernelMs: number }> = {};
+        for (let round = 0; round < 3; round++) {
+          for (const tile of [64, 128] as const) {
+            setGemmGpuTile(tile);
+            if (round === 0) await ch.launch(K.FMMUL, o.bufs, p);  // compiles the other form
+            o.c.fill(NaN);
+            const s0 = native.vulkanStats().computeNs;
+            const k = Math.max(5, Math.min(reps, 20));
+            const t = await timeLaunches(ch, K.FMMUL, o.bufs, p, k);
+            const kern = (native.vulkanStats().computeNs - s0) / k / 1e6;
+            setGemmGpuTile();
+            const bad = check(n, o.a, o.b, o.c, 64);
+            if (!(bad <= 1)) throw new Error(`engine FMMUL ${n} (${tile}×${tile} tiles) is wrong: error ${bad} × tolerance`);
+            const prev = tiles[`tile${tile}`];
+            if (!prev || Math.min(...t) < prev.bestMs) tiles[`tile${tile}`] = { bestMs: Math.min(...t), kernelMs: kern };
+          }
+        }
+        for (const [name, v] of Object.entries(tiles)) console.log(`  ${name}: ${v.bestMs.toFixed(3)} ms best, dispatch ${v.kernelMs.toFixed(3)} ms`);
+        (row[where] as Record<string, unknown>).tileSweep = tiles;
       }
       if (!ref) ref = { a: o.a.slice(), b: o.b.slice(), c: o.c.slice() };
       o.free();

@@ -17,7 +17,7 @@ import { K } from '../../src/gpu/kernels.ts';
 import { GpuError } from '../../src/gpu/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
-import { builtinPlan, FMMUL_GPU_SPV, gpuVariantsOn, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';
+import { builtinPlan, FMMUL_GPU64_SPV, FMMUL_GPU_SPV, gpuVariantsOn, setGemmGpuTile, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';
 import { buf, params, rig, rng, type GpuBuf, type Rig } from './helpers.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -55,7 +55,7 @@ function expectGemmClose(n: number, a: Float32Array, b: Float32Array, got: Float
   expect({ n, bad, got: got[bad], want: want[bad] }).toMatchObject({ bad: -1 });
 }
 
-async function engineFmmul(r: Rig, n: number, where: 'vram' | 'sysmem', seed: number): Promise<void> {
+async function engineFmmul(r: Rig, n: number, where: 'vram' | 'sysmem', seed: number): Promise<Uint32Array> {
   const bytes = 4 * n * n;
   const alloc = (x: number): GpuBuf => (where === 'vram' ? r.vram(x) : r.sys(x));
   const a = alloc(bytes), b = alloc(bytes), c = alloc(bytes);
@@ -64,7 +64,9 @@ async function engineFmmul(r: Rig, n: number, where: 'vram' | 'sysmem', seed: nu
   c.f32.fill(NaN);
   await r.ch.launch(K.FMMUL, [a, b, c].map((x) => ({ va: x.va, length: bytes })), params(['u32', n]));
   const A = a.f32.slice(0, n * n), B = b.f32.slice(0, n * n);
-  expectGemmClose(n, A, B, c.f32.slice(0, n * n), nativeFmmul(n, A, B));
+  const C = c.f32.slice(0, n * n);
+  expectGemmClose(n, A, B, C, nativeFmmul(n, A, B));
+  return new Uint32Array(C.buffer);
 }
 
 beforeAll(() => {
@@ -473,15 +475,37 @@ describe('FMMUL GPU form, zero-copy', () => {
     if (backend.deviceInfo.type === 'cpu') expect(backend.deviceInfo.memory).toBe('import');
   });
 
-  it('is the plan for n % 4 == 0 only', () => {
+  it('is the plan for n % 4 == 0 only; 64×64 tiles while 128×128 ones would be fewer than 128 workgroups', () => {
     const lengths = (n: number) => [4 * n * n, 4 * n * n, 4 * n * n];
-    expect(builtinPlan(K.FMMUL, params(['u32', 96]), lengths(96))!.spv).toBe(FMMUL_GPU_SPV);
-    expect(builtinPlan(K.FMMUL, params(['u32', 97]), lengths(97))!.spv).toBeUndefined();
-    expect(builtinPlan(K.FMMUL, params(['u32', 256]), lengths(256))!.dispatches[0]!.grid).toEqual([2, 2, 1]);
+    const plan = (n: number) => builtinPlan(K.FMMUL, params(['u32', n]), lengths(n))!;
+    expect(plan(96).spv).toBe(FMMUL_GPU64_SPV);
+    expect(plan(97).spv).toBeUndefined();
+    expect(plan(256).dispatches[0]!.grid).toEqual([4, 4, 1]);
+    expect([plan(1024).spv, plan(1024).dispatches[0]!.grid]).toEqual([FMMUL_GPU64_SPV, [16, 16, 1]]);
+    expect([plan(1408).spv, plan(1536).spv]).toEqual([FMMUL_GPU64_SPV, FMMUL_GPU_SPV]);  // 121, 144
+    expect(plan(2048).dispatches[0]!.grid).toEqual([16, 16, 1]);
+    setGemmGpuTile(128);
+    expect([plan(256).spv, plan(256).dispatches[0]!.grid]).toEqual([FMMUL_GPU_SPV, [2, 2, 1]]);
+    setGemmGpuTile();
   });
 
-  it('equals the native kernel within FMMUL tolerance across tile edges', async () => {
-    for (const n of [4, 8, 96, 128, 132, 256, 97]) await engineFmmul(r, n, 'vram', 100 + n);
+  it('equals the native kernel within FMMUL tolerance across tile edges, both tile sizes, and they agree bit for bit', async () => {
+    const bits = new Map<number, Uint32Array>();
+    for (const tile of [64, 128] as const) {
+      setGemmGpuTile(tile);
+      try {
+        for (const n of [4, 8, 96, 128, 132, 256, 97]) await engineFmmul(r, n, 'vram', 100 + n);
+        // k in two slices (accumulate) at a size with a partial tile
+        setGemmKSliceForTests(64);
+        const c = await engineFmmul(r, 132, 'vram', 7);
+        setGemmKSliceForTests();
+        if (bits.has(132)) expect(c).toEqual(bits.get(132));
+        else bits.set(132, c);
+      } finally {
+        setGemmGpuTile();
+        setGemmKSliceForTests();
+      }
+    }
   });
 });
 

@@ -119,6 +119,17 @@ export function setGemmKSliceForTests(k?: number): void {
 }
 /** The GPU form of FMMUL (128×128 tiles, vec4 loads, 8×8 outputs per invocation). */
 export const FMMUL_GPU_SPV = 'native/shaders/builtins/fmmul_gpu.spv';
+/** Its form for small n (64×64 tiles, 4×4 outputs per invocation; the same bits). */
+export const FMMUL_GPU64_SPV = 'native/shaders/builtins/fmmul_gpu64.spv';
+/** Below this many 128×128 workgroups FMMUL takes 64×64 tiles: 1024³ has 64 of them, and an
+ *  H100 has 132 SMs (measured: bench/results/engine-vulkan.json). */
+const GEMM_GPU_SMALL_GRID = 128;
+/** Tests and measurement: force FMMUL's GPU tile (64 or 128); undefined restores the rule. */
+let gemmGpuTileOverride: 64 | 128 | undefined;
+export function setGemmGpuTile(tile?: 64 | 128): void {
+  if (tile !== undefined && tile !== 64 && tile !== 128) throw new RangeError(`GEMM GPU tile ${String(tile)}`);
+  gemmGpuTileOverride = tile;
+}
 
 /**
  * Kernels written for a GPU (vulkan.ts turns this on when the program device is a GPU; the
@@ -248,7 +259,8 @@ function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number
  * MMUL/FMMUL's first launch (accumulate = 0) overwrites C when C's binding is exactly its n·n
  * elements: each shader stores every element of its workgroup's tile — gemm.glsl (mmul.comp,
  * fmmul.comp): rows row0 + ty + 16·i and columns col0 + tx + 16·j, i, j < 4, a 64×64 tile;
- * fmmul_gpu.comp: rows ty·4 + i and 64 + ty·4 + i, column quads tx and 16 + tx, a 128×128 tile
+ * fmmul_gpu.comp: rows ty·4 + i and 64 + ty·4 + i, column quads tx and 16 + tx, a 128×128 tile;
+ * fmmul_gpu64.comp: rows ty·4 + i, column quad tx, a 64×64 tile
  * (n % 4 == 0, so a quad is all in or all out) — skipping only rows or columns ≥ n, with no
  * other condition on the store; the grid is ceil(n / tile) tiles each way (gemmLaunches), so
  * the stores cover all n×n. Later slices add into C (accumulate = 1) and read it: not declared.
@@ -277,12 +289,13 @@ function planFmul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null
   if (n % 4 !== 0) return plan;
   const pushFor = (k0: number, k1: number, i: number) => push(p, 4, [k0, k1, i > 0 ? 1 : 0]);
   const slice = gemmKSliceOverride ?? GEMM_GPU_K_SLICE;
-  // fmmul_gpu.comp sums k in [k0, k1) (push bytes 4, 8; loads past k1 are zero) and adds into C
-  // when accumulate (byte 12) is set: B (binding 1) can stream by its rows.
+  // fmmul_gpu(64).comp sums k in [k0, k1) (push bytes 4, 8; loads past k1 are zero) and adds
+  // into C when accumulate (byte 12) is set: B (binding 1) can stream by its rows.
   const kStream: KStream = { binding: 1, rowBytes: 4 * n, k0Offset: 4, k1Offset: 8, accumulateOffset: 12 };
-  const dispatches = overwritesC(gemmLaunches(n, n, pushFor, 128, slice, [128 * 4 * n, 0, 128 * 4 * n]), n, lengths);
+  const tile = gemmGpuTileOverride ?? (Math.ceil(n / 128) ** 2 < GEMM_GPU_SMALL_GRID ? 64 : 128);
+  const dispatches = overwritesC(gemmLaunches(n, n, pushFor, tile, slice, [tile * 4 * n, 0, tile * 4 * n]), n, lengths);
   for (const d of dispatches) d.kStream = kStream;
-  return { spv: FMMUL_GPU_SPV, dispatches };
+  return { spv: tile === 64 ? FMMUL_GPU64_SPV : FMMUL_GPU_SPV, dispatches };
 }
 
 function layerDims(p: Uint8Array): [number, number] | null {
