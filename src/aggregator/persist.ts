@@ -156,9 +156,7 @@ function loadVgpu(vm: Vgpu, c: ReturnType<typeof checkVgpu>): void {
   vm.s.scrubPending = s.state.scrubPending === true; // absent before scrubs ran in steps
   vm.view.regs.restore(s.registers);
   c.sent.forEach((n, i) => (vm.irq.sent[i] = n));
-  vm.mmu.spaces.clear();
-  for (const sp of c.spaces) vm.mmu.spaces.set(sp.key, sp);
-  vm.mmu.shadowBytes = s.shadow.shadowBytes;
+  vm.mmu.restore(c.spaces, s.shadow.shadowBytes);
   if (vm.pv && s.pv) Object.assign(vm.pv.s, { area: s.pv.area, slots: s.pv.slots });
   loadAllocator(vm.vramAlloc, c.alloc);
   const counters = vm.counters as unknown as Record<string, number>;

@@ -102,6 +102,14 @@ export class ShadowMmu {
   /** Host bytes held by this VM's shadows. */
   shadowBytes = 0;
   private pdScratch: Uint8Array | null = null;
+  /**
+   * Non-zero entries per SCAN_BLOCK of each shadow PD and table, by engine address: a rebuild
+   * skips a block absent in the guest without reading the shadow's (half of what a rescan
+   * read, from memory gone cold since the last flush). Derived state: zeros with a freshly
+   * zeroed table, counted from the table when missing (after a restore). Kept for the scans of
+   * non-PV spaces only: PV writes do not maintain it, and PV spaces are never rescanned.
+   */
+  private readonly live = new Map<number, Uint16Array>();
   private ptScratch: Uint8Array | null = null;
   private warnedNoMem = false;
 
@@ -151,6 +159,14 @@ export class ShadowMmu {
     if (sp.dirty && !sp.pv) this.rebuild(sp);
   }
 
+  /** Take the shadows of a checkpoint (persist.ts); what was derived from the old ones goes. */
+  restore(spaces: ShadowSpace[], shadowBytes: number): void {
+    this.spaces.clear();
+    for (const sp of spaces) this.spaces.set(sp.key, sp);
+    this.shadowBytes = shadowBytes;
+    this.live.clear();
+  }
+
   /** Forget every shadow (VM reset or exit). */
   reset(): void {
     for (const sp of [...this.spaces.values()]) this.drop(sp);
@@ -169,17 +185,17 @@ export class ShadowMmu {
     this.pdScratch ??= new Uint8Array(PD_SIZE);
     const gpd = this.readGuest(sp.target, sp.addr, PD_SIZE, ranges, this.pdScratch);
     const spd = this.entries(sp.pd, PD_ENTRIES);
+    const pdLive = this.liveCounts(sp.pd, PD_ENTRIES);
     const gBytes = gpd ? bytesOf(gpd) : null;
-    const sBytes = bytesOf(spd);
     for (let block = 0; block < PD_ENTRIES; block += SCAN_BLOCK) {
-      if ((gBytes === null || zeroBlock(gBytes, block)) && zeroBlock(sBytes, block)) continue;
-      for (let pdi = block; pdi < block + SCAN_BLOCK; pdi++) this.rebuildPde(sp, pdi, gpd, spd, ranges);
+      if ((gBytes === null || zeroBlock(gBytes, block)) && pdLive[block / SCAN_BLOCK] === 0) continue;
+      for (let pdi = block; pdi < block + SCAN_BLOCK; pdi++) this.rebuildPde(sp, pdi, gpd, spd, pdLive, ranges);
     }
     env.rebuilt?.(env.counters.shadowPtesWritten - written, sp.addr);
   }
 
   /** One PDE of a rebuild: its shadow table filled from the guest's, or the PDE cleared. */
-  private rebuildPde(sp: ShadowSpace, pdi: number, gpd: Uint32Array | null, spd: Uint32Array, ranges: GuestRanges): void {
+  private rebuildPde(sp: ShadowSpace, pdi: number, gpd: Uint32Array | null, spd: Uint32Array, pdLive: Uint16Array, ranges: GuestRanges): void {
     const lo = gpd ? gpd[2 * pdi]! : 0;
     // Fast path: absent in both (a shadow table exists only behind a present shadow PDE), as
     // nearly all of the 8192 PDEs are.
@@ -202,22 +218,22 @@ export class ShadowMmu {
       }
     }
     if (pde === 0 && sp.tables[pdi]) this.dropTable(sp, pdi);
-    this.put(spd, pdi, pde);
+    this.put(spd, pdi, pde, pdLive);
   }
 
   /** Shadow every entry of one guest table into t. */
   private fillTable(t: ShadowTable, gpt: Uint32Array, ranges: GuestRanges): void {
     const n = t.large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
     const spt = this.entries(t.addr, n);
+    const live = this.liveCounts(t.addr, n);
     const gBytes = bytesOf(gpt);
-    const sBytes = bytesOf(spt);
     for (let block = 0; block < n; block += SCAN_BLOCK) {
-      if (zeroBlock(gBytes, block) && zeroBlock(sBytes, block)) continue;
+      if (live[block / SCAN_BLOCK] === 0 && zeroBlock(gBytes, block)) continue;
       for (let i = block; i < block + SCAN_BLOCK; i++) {
         const lo = gpt[2 * i]!;
         // Fast path: absent in both.
         if ((lo & PTE_PRESENT) === 0 && spt[2 * i] === 0 && spt[2 * i + 1] === 0) continue;
-        this.put(spt, i, this.shadowPte(lo, gpt[2 * i + 1]!, t.large, ranges));
+        this.put(spt, i, this.shadowPte(lo, gpt[2 * i + 1]!, t.large, ranges), live);
       }
     }
   }
@@ -257,6 +273,7 @@ export class ShadowMmu {
       // Take over an existing shadow: start from an empty host-owned table set.
       for (const k of Object.keys(sp.tables)) this.dropTable(sp, Number(k));
       this.env.vram.u8.fill(0, sp.pd, sp.pd + PD_SIZE);
+      this.live.delete(sp.pd);
       sp.pv = true;
       sp.dirty = false;
       return 0;
@@ -423,6 +440,7 @@ export class ShadowMmu {
       return -1;
     }
     this.env.vram.u8.fill(0, a, a + size);
+    this.live.set(a, new Uint16Array(size / 8 / SCAN_BLOCK));
     this.shadowBytes += size;
     return a;
   }
@@ -430,6 +448,19 @@ export class ShadowMmu {
   private freeHost(addr: number): void {
     this.shadowBytes -= this.env.host.sizeOf(addr);
     this.env.host.free(addr);
+    this.live.delete(addr);
+  }
+
+  /** The live-entry counts of the table (or PD) at addr, counted from it when missing. */
+  private liveCounts(addr: number, entries: number): Uint16Array {
+    let c = this.live.get(addr);
+    if (!c) {
+      c = new Uint16Array(entries / SCAN_BLOCK);
+      const view = this.entries(addr, entries);
+      for (let i = 0; i < entries; i++) if (view[2 * i] !== 0 || view[2 * i + 1] !== 0) c[(i / SCAN_BLOCK) | 0]!++;
+      this.live.set(addr, c);
+    }
+    return c;
   }
 
   /** 64-bit entries at an engine VRAM address as [lo, hi, lo, hi, …] (a live view). */
@@ -438,11 +469,16 @@ export class ShadowMmu {
     return new Uint32Array(u8.buffer, u8.byteOffset + addr, count * 2);
   }
 
-  /** Write entry i = v (a number < 2^53) if it changed; counts the write. */
-  private put(view: Uint32Array, i: number, v: number): void {
+  /** Write entry i = v (a number < 2^53) if it changed; counts the write (and, given the
+   * table's live counts, an entry that became zero or non-zero). */
+  private put(view: Uint32Array, i: number, v: number, live?: Uint16Array): void {
     const lo = v % TWO32;
     const hi = (v - lo) / TWO32;
     if (view[2 * i] === lo && view[2 * i + 1] === hi) return;
+    if (live) {
+      const was = view[2 * i] !== 0 || view[2 * i + 1] !== 0;
+      if (was !== (v !== 0)) live[(i / SCAN_BLOCK) | 0]! += v !== 0 ? 1 : -1;
+    }
     view[2 * i] = lo;
     view[2 * i + 1] = hi;
     this.env.counters.shadowPtesWritten++;

@@ -99,7 +99,7 @@ export class Mmu {
       return null;
     };
     // Pages fault in VA order (hw-spec §7): a pending sysmem run lies below the failing page.
-    const fail = (reason: number, at: number): Fault => flushRun() ?? { reason, va: at, write };
+    const fail = (reason: Fault["reason"], at: number): Fault => flushRun() ?? { reason, va: at, write };
 
     let cur = va;
     while (cur <= end) {

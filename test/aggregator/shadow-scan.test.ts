@@ -67,4 +67,19 @@ describe('shadow MMU scan', () => {
     expect(Object.keys(sp.tables).map(Number).sort((a, b) => a - b)).toEqual([0, 512]);
     expect(vram.u8.subarray(sp.pd, sp.pd + PD_SIZE).some((b, i) => b !== 0 && i >= 8 * 513)).toBe(false);
   });
+
+  // The scan knows which shadow blocks hold entries without reading them (shadow-mmu.ts `live`);
+  // after a restart those counts are gone and must come from the shadow tables themselves.
+  test('after a restore, entries the guest cleared are still cleared in the shadow', () => {
+    const sp = mmu.acquire(TARGET_VRAM, GPD)!;
+    const t0 = sp.tables[0]!;
+    expect(entry(t0.addr, 4000)[0]).not.toBe(0);
+    mmu.restore([...mmu.spaces.values()], mmu.shadowBytes); // the same shadows, nothing derived kept
+    put(gpt(0) + 8 * 4000, 0); // the only entry of its block
+    put(GPD + 8 * 512, 0); // PDE 512, alone in its PD block
+    mmu.flush(null, true);
+    expect(entry(t0.addr, 4000)).toEqual([0, 0]);
+    expect(entry(sp.pd, 512)).toEqual([0, 0]);
+    expect(Object.keys(sp.tables).map(Number)).toEqual([0]);
+  });
 });
