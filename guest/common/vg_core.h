@@ -158,6 +158,7 @@ struct vg_ctx {
 	struct vg_bo *bos;
 	struct vg_bo *clears; /* deferred clears, newest first (at most VG_MAX_DEFERRED_CLEARS) */
 	u32 nclears;
+	bool bind_classes;    /* the next submission binds the classes first (new or recovered) */
 	u32 next_handle;
 	u64 vram_bytes;       /* VRAM owned by this context (structures + buffers) */
 	void *os_priv;        /* platform data (wait queue) */

@@ -351,6 +351,7 @@ static u32 clear_methods(u32 *pb, u64 va, u64 size, u64 param_va)
 }
 
 #define CLEAR_BIND_WORDS 2 /* SET_OBJECT compute, ahead of the clears */
+#define BIND_WORDS 4       /* SET_OBJECT compute and copy, ahead of a context's first methods */
 
 /* Bytes of the clear segment for n buffers (methods, then parameter blocks). */
 static inline u32 clears_bytes(u32 n)
@@ -397,11 +398,17 @@ static u32 emit_clears(struct vg_ctx *c, u32 off, u64 seq)
 
 static int ctx_recover(struct vg_ctx *c);
 
+/* SET_OBJECT of both classes on their conventional subchannels (hw-spec §6) */
+static const u32 class_binds[BIND_WORDS] = {
+	VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, 1), VG_CLASS_COMPUTE,
+	VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1), VG_CLASS_COPY,
+};
+
 int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 *seq)
 {
 	struct vg_dev *d = c->dev;
 	u32 fence[VG_FENCE_DWORDS];
-	u32 get, bytes, s0, s1, clr_bytes, clr_words = 0;
+	u32 get, bytes, s0, s1, clr_bytes, clr_words = 0, bind;
 	s64 off;
 	int ret;
 
@@ -417,8 +424,9 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 		return -ENODEV;
 	if (count == 0 || count > VUGPU_SUBMIT_MAX_DWORDS || (flags & ~VUGPU_SUBMIT_FENCE_IRQ))
 		return -EINVAL;
-	bytes = (count + VG_FENCE_DWORDS) * 4;
 	vg_lock(d); /* the ring is shared with vg_ctx_arm_irq, which waiters call */
+	bind = c->bind_classes ? BIND_WORDS : 0;
+	bytes = (bind + count + VG_FENCE_DWORDS) * 4;
 	clr_bytes = clears_bytes(c->nclears);
 	off = ring_place(c, c->nclears ? 3 : 2, clr_bytes + bytes, 1, ARM_BYTES, &get);
 	if (off < 0) {
@@ -445,13 +453,16 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 		s0 = (s0 + 1) % VG_GPFIFO_ENTRIES;
 		off += clr_bytes;
 	}
+	if (bind) /* ahead of the user's methods, in the same entry */
+		vg_vram_write(d, c->pb_addr + (u64)off, class_binds, sizeof(class_binds));
 	if (words)
-		vg_vram_write(d, c->pb_addr + (u64)off, words, (size_t)count * 4);
-	vg_vram_write(d, c->pb_addr + (u64)off + (u64)count * 4, fence, sizeof(fence));
+		vg_vram_write(d, c->pb_addr + (u64)off + (u64)bind * 4, words, (size_t)count * 4);
+	vg_vram_write(d, c->pb_addr + (u64)off + (u64)(bind + count) * 4, fence, sizeof(fence));
+	c->bind_classes = false;
 
 	s1 = (s0 + 1) % VG_GPFIFO_ENTRIES;
-	gp_write(c, s0, c->pb_va + (u64)off, count);
-	gp_write(c, s1, c->pb_va + (u64)off + (u64)count * 4, VG_FENCE_DWORDS);
+	gp_write(c, s0, c->pb_va + (u64)off, bind + count);
+	gp_write(c, s1, c->pb_va + (u64)off + (u64)(bind + count) * 4, VG_FENCE_DWORDS);
 	/* the ring's tail for both entries is where this submission began (clears included) */
 	c->gp_pb_start[s0] = c->gp_pb_start[s1] = (u32)(off - clr_bytes);
 	c->gp_seq[s0] = c->gp_seq[s1] = c->seq;
@@ -811,8 +822,6 @@ static int ctx_recover(struct vg_ctx *c)
 	vg_irqflags_t fl;
 	struct vg_bo *bo;
 	u32 chid, st, i;
-	u32 init[4];
-	u64 seq;
 
 	if (c->chid < 0 || !c->bound)
 		return -ENODEV;
@@ -853,22 +862,17 @@ static int ctx_recover(struct vg_ctx *c)
 	c->fault_valid = false;
 	c->err_reported = false;
 	vg_os_unlock(&d->os, fl);
+	c->bind_classes = true; /* with the submission that brought us here */
 	vg_wr(d, VG_PFIFO_CHAN_STATE(chid), VG_STATE_ENABLE);
 	vg_unlock(d);
 	vg_warn(d, "channel %u: recovered from ENGINE_LOST (rebound; the lost work is not redone)", chid);
-	init[0] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, 1);
-	init[1] = VG_CLASS_COMPUTE;
-	init[2] = VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1);
-	init[3] = VG_CLASS_COPY;
-	return vg_ctx_submit(c, init, 4, 0, &seq);
+	return 0;
 }
 
 int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 {
 	struct vg_ctx *c;
 	struct vg_bo *gp, *pb, *sem;
-	u32 init[4];
-	u64 seq;
 	int ret;
 
 	c = vg_os_zalloc(sizeof(*c));
@@ -912,25 +916,14 @@ int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 	vm_flush_locked(&c->vm); /* the ring's mappings, before the device first reads them */
 	vg_unlock(d);
 
+	/* The classes are bound by the context's first submission, in its own entry: a context
+	 * costs no doorbell before its user's work (in a mediated VM no shadow rebuild either:
+	 * the runtime maps its parameter ring right after this, and one flush then covers both). */
+	c->bind_classes = true;
 	ret = chan_bind(c);
 	if (ret)
 		goto fail;
 	d->contexts++;
-
-	/* bind the classes on their conventional subchannels (hw-spec §6) */
-	init[0] = VG_MTHD(VG_OP_INC, VG_SUBCH_COMPUTE, VG_HOST_SET_OBJECT, 1);
-	init[1] = VG_CLASS_COMPUTE;
-	init[2] = VG_MTHD(VG_OP_INC, VG_SUBCH_COPY, VG_HOST_SET_OBJECT, 1);
-	init[3] = VG_CLASS_COPY;
-	ret = vg_ctx_submit(c, init, 4, 0, &seq);
-	/* the device restarted while this channel was new (ENGINE_LOST, hw-spec §8.2): only the
-	 * class binds were lost; the next submission rebinds the channel and binds them again */
-	if (ret == -EIO && READ_ERR(c) == VG_CERR_ENGINE_LOST)
-		ret = vg_ctx_submit(c, init, 4, 0, &seq);
-	if (ret) {
-		vg_ctx_destroy(c);
-		return ret;
-	}
 	*out = c;
 	return 0;
 fail:
