@@ -159,6 +159,9 @@ export class Aggregator implements VgpuHost {
         if (this.running && this.running.pchid === chid) this.finish(this.running, 0);
       },
       fault: (f) => this.onFault(f),
+      // Lazy shadowing: a VM's shadow is rebuilt when the device is about to translate through
+      // it for new work, not at every doorbell or runlist submit that finds nothing to fetch.
+      translating: (chid) => this.owner[chid]?.syncChannel(this.ownerVchid[chid]!),
       // A program compiling: like an acquire wait, the submission leaves the device but the
       // channel stays open and continues by itself once the compile is done.
       channelWaiting: (chid) => {
@@ -364,8 +367,8 @@ export class Aggregator implements VgpuHost {
       vram.write32(page + 8 * i, c);
       vram.write32(page + 8 * i + 4, 4);
     });
-    // A submit makes every open (dispatched or acquire-blocked) listed channel re-read GP_PUT.
-    for (const c of ids) if (this.open[c]) this.owner[c]?.syncChannel(this.ownerVchid[c]!);
+    // A submit makes every open listed channel re-read GP_PUT: the engine's `translating`
+    // event syncs the shadows of those that find work.
     this.engine.mmioWrite(PFIFO_RUNLIST_BASE, 4, page / 4096);
     this.engine.mmioWrite(PFIFO_RUNLIST_SUBMIT, 4, ids.length);
   }

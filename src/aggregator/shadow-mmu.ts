@@ -118,9 +118,10 @@ export class ShadowMmu {
   }
 
   /**
-   * The shadow for a guest page directory a channel is being bound to: created (and built)
-   * on first use, rebuilt when a flush left it dirty. Returns null when host memory for the
-   * shadow PD is exhausted.
+   * The shadow for a guest page directory a channel is being bound to, created on first use
+   * (dirty: empty until built). Built, like every dirty shadow, when the device is about to
+   * translate through it (vgpu.ts syncChannel): a context that binds, maps its buffers, flushes
+   * and launches is scanned once. Returns null when host memory for the shadow PD is exhausted.
    */
   acquire(target: number, addr: number): ShadowSpace | null {
     const key = spaceKey(target, addr);
@@ -132,7 +133,6 @@ export class ShadowMmu {
       this.spaces.set(key, sp);
     }
     sp.refs++;
-    this.sync(sp);
     return sp;
   }
 

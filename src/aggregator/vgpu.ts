@@ -433,8 +433,6 @@ export class Vgpu {
   /** Queue a submission for vchid (one per channel at a time: a dispatch serves all entries). */
   private queue(vchid: number): void {
     const vc = this.s.channels[vchid]!;
-    // Lazy shadowing: the doorbell is where the guest relies on its flushed tables.
-    this.syncChannel(vchid);
     if (vc.queued) return;
     vc.queued = true;
     this.s.queue.push(vchid);
@@ -447,15 +445,15 @@ export class Vgpu {
     const vchid = this.s.queue.shift();
     if (vchid === undefined) return -1;
     this.s.channels[vchid]!.queued = false;
-    // The device reads GP_PUT now, not at the doorbell: entries written since then (after a
-    // flush, their doorbell still on its way) rely on the flushed tables too.
-    this.syncChannel(vchid);
     return vchid;
   }
 
   /**
    * Bring vchid's shadow up to date if a trapped flush left it dirty (lazy shadowing). Called
-   * wherever the device may read the channel's GP_PUT: doorbell, dispatch, runlist resubmit.
+   * when the device read the channel's GP_PUT and is about to translate for it (the engine's
+   * `translating` event): a dispatch or runlist submit that finds work. The device reads GP_PUT
+   * at the dispatch, not at the doorbell, so entries written after a flush whose doorbell is
+   * still on its way see the flushed tables too.
    */
   syncChannel(vchid: number): void {
     const vc = this.s.channels[vchid];

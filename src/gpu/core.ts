@@ -38,6 +38,11 @@ export interface EngineListener {
   /** The channel waits beside the device (a program compiling, hw-spec §6.3.1): the device may
    * serve others meanwhile; the channel continues by itself and reports idle when done. */
   channelWaiting?(chid: number): void;
+  /** The device read the channel's GP_PUT and is about to translate through its page directory
+   * (new entries to fetch, work left in an entry, an acquire to re-check). A mediator brings the
+   * channel's shadow up to date here (lazy shadowing, hw-spec §10): the latest point that is
+   * still before the device relies on the guest's flushed tables. */
+  translating?(chid: number): void;
 }
 
 export interface GpuCore {

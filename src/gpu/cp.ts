@@ -106,6 +106,7 @@ export class CommandProcessor implements ClassContext {
     if (!this.fifo.runnable(ch)) return 1;
     if (ch.wait === WAIT_ACQUIRE) {
       // A doorbell re-evaluates a pending acquire at once (the CPU may have written the value).
+      if (ch.kicked) this.core.listener.translating?.(ch.chid);
       const met = this.acquireMet(ch);
       if (!met) return 1;
       ch.wait = WAIT_NONE;
@@ -125,6 +126,8 @@ export class CommandProcessor implements ClassContext {
         return 1;
       }
       ch.gpPut = v >>> 0;
+      // Nothing new and nothing left: this read of GP_PUT translates nothing.
+      if (ch.gpPut !== ch.gpGet || ch.cursor) this.core.listener.translating?.(ch.chid);
     }
     let used = 0;
     while (used < budget) {

@@ -86,6 +86,7 @@ describe('attach, detach, reset', () => {
     h = host({}, { metrics });
     const base = { host: h.agg.hostArea.inUse, slices: h.agg.slices.inUse };
     const b = attach(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
+    await b.ch.launch(K.NOP, []); // b's shadow is built at its first launch
     const withB = { host: h.agg.hostArea.inUse, chids: h.agg.chidsInUse };
     const a = attach(h.agg, { name: 'a', mode: 'fv-naive', slice: 64 << 20 });
     a.drv.createChannel(a.drv.createVm());
@@ -179,6 +180,7 @@ describe('shadow page tables', () => {
     const lazy = attach(h.agg, { name: 'lazy', mode: 'fv', slice: 64 << 20 });
     const counts = [];
     for (const g of [eager, lazy]) {
+      await g.ch.launch(K.NOP, []); // the channel's own mappings shadowed first
       const c = g.vm.counters;
       const before = { rebuilds: c.shadowRebuilds, flushes: c.tlbFlushes, ptes: c.shadowPtesWritten, doorbells: c.doorbells };
       // Eight mappings (eight flushes), then one launch (one doorbell).

@@ -41,6 +41,8 @@ describe('shadow MMU scan', () => {
   test('every present entry at a block edge is shadowed, nothing else', () => {
     const sp = mmu.acquire(TARGET_VRAM, GPD)!;
     expect(sp).not.toBeNull();
+    expect(sp.dirty).toBe(true); // built when the device first translates through it
+    mmu.sync(sp);
     const shadowPdes: number[] = [];
     for (let i = 0; i < PD_ENTRIES; i++) if (entry(sp.pd, i)[0] !== 0) shadowPdes.push(i);
     expect(shadowPdes).toEqual(pdes);

@@ -36,13 +36,19 @@ it('records trapped accesses and mediation events per VM', async () => {
     }
   });
   const [cx, cp] = [pairs[0]!.client, pairs[1]!.client];
-  // x: a channel bound to a PD at 0x30000 (shadow built), a flush, a doorbell.
+  // x: a channel bound to a PD at 0x30000, a flush, GP_PUT = 1, a doorbell: the device reads
+  // GP_PUT, finds an entry and rebuilds the shadow before fetching it (an empty PD: it faults).
+  await cx.write32(1, 0x20000 + S.USERD.GP_PUT, 1);
   await cx.write32(1, 0x10000 + S.INST.USERD_LO, 0x20000);
   await cx.write32(1, 0x10000 + S.INST.GP_BASE_HI, 1 << 16);
   await cx.write32(1, 0x10000 + S.INST.PD_LO, 0x30000);
   await cx.write32(0, S.PFIFO_CHAN, (S.CHAN_VALID | 0x10) >>> 0);
   await cx.write32(0, S.MMU_FLUSH_PDB, 0x30000 / 256);
   await cx.write32(0, S.MMU_FLUSH_TRIGGER, S.MMU_FLUSH_GO);
+  await cx.write32(1, 0x40000, 0); // runlist: chid 0
+  await cx.write32(0, S.PFIFO_RUNLIST_BASE, 0x40000 / 4096);
+  await cx.write32(0, S.PFIFO_RUNLIST_SUBMIT, 1);
+  await cx.write32(0, S.PFIFO_CHAN_STATE, S.STATE_ENABLE);
   await cx.write32(0, S.DOORBELL, 0);
   // p: an (unregistered-area) call is not answered; an unknown op on a registered area is.
   const memfd = native.memfdCreate('pv', 4096);
@@ -54,10 +60,10 @@ it('records trapped accesses and mediation events per VM', async () => {
   tracer.close();
   const t = readTrace(file);
   const of = (vm: number, type: string) => t.records.filter((r) => r.vm === vm && r.type === type);
-  expect(of(0, 'mmio').length).toBe(4); // BAR0 only: fv's BAR1 is mapped, never trapped
+  expect(of(0, 'mmio').length).toBe(7); // BAR0 only: fv's BAR1 is mapped, never trapped
   expect(of(1, 'mmio').length).toBe(3);
   expect(of(0, 'tlbFlush').length).toBe(1);
-  expect(of(0, 'shadowRebuild').length).toBe(2); // at bind, then lazily at the doorbell
+  expect(of(0, 'shadowRebuild').length).toBe(1); // lazily, when the device fetches
   expect(of(0, 'doorbell').length).toBe(1);
   expect(of(1, 'hypercall').length).toBe(1);
   expect(of(0, 'hypercall').length + of(1, 'shadowRebuild').length).toBe(0);
