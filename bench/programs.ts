@@ -4,7 +4,8 @@
 //   - launch→fence latency of a NOP program vs the built-in NOP (native pool), per mode: the
 //     bare engine (pt's path) and through the aggregator (fv, pv-batch); goal ≤ 2×; then, apart,
 //     where the gap goes (nopStages: the same launches straight through the native pool, and
-//     context switches per launch; bench/lavapipe-floor.c measures the device without vugpu);
+//     context switches per launch; bench/lavapipe-floor.c measures the device without vugpu),
+//     and the two with the built-in on the program device too (nopSameDevice: --engine vulkan);
 //   - vector add and SGEMM as programs vs the built-ins FMADD and FMMUL on the same inputs;
 //   - the loop rewrite's cost on SGEMM (bench/rewrite-cost.ts: the guest SGEMM sample and the
 //     built-in FMMUL run raw and as the engine rewrites them, one Vulkan path); goal ≤ 3 %;
@@ -162,6 +163,15 @@ async function main(): Promise<void> {
   }
   result.nop = modes;
   result.nopStages = await nopStages(backend, nopSpv);
+  // The same comparison with the built-ins on the program device too (`serve --engine vulkan`):
+  // both launches then pay the device's own dispatch, and the ratio is the program path's cost.
+  {
+    const engine = new Engine({ vramSize: 256 << 20, channels: 8, programs: backend, builtinsOnPrograms: true });
+    const drv = new HostDriver(engine);
+    const ch = drv.createChannel();
+    result.nopSameDevice = { what: 'bare engine, built-ins as SPIR-V on the program device (serve --engine vulkan)', ...await nopLatency(ch, drv.programBuffer(ch.vm, nopSpv)) };
+    engine.close();
+  }
   result.flood = await floodLatency(backend, nopSpv);
 
   // ---- vector add and SGEMM: programs vs built-ins, same inputs ----
@@ -274,7 +284,9 @@ async function main(): Promise<void> {
     ...Object.entries(n).map(([m, v]) => [`NOP p50 µs (${m})`, v.program.p50Us.toFixed(1), v.builtin.p50Us.toFixed(1), `${v.ratioP50.toFixed(2)}×`]),
     ...(() => {
       const st = result.nopStages as Record<string, { p50Us: number; switchesPerLaunch: number }>;
-      return [['NOP p50 µs, engine (bare)', st.program!.p50Us.toFixed(1), st.builtin!.p50Us.toFixed(1), `switches/launch ${st.program!.switchesPerLaunch.toFixed(1)} / ${st.builtin!.switchesPerLaunch.toFixed(1)}`],
+      const sd = result.nopSameDevice as { builtin: Lat; program: Lat; ratioP50: number };
+      return [['NOP p50 µs, built-ins on the device too', sd.program.p50Us.toFixed(1), sd.builtin.p50Us.toFixed(1), `${sd.ratioP50.toFixed(2)}×`],
+        ['NOP p50 µs, engine (bare)', st.program!.p50Us.toFixed(1), st.builtin!.p50Us.toFixed(1), `switches/launch ${st.program!.switchesPerLaunch.toFixed(1)} / ${st.builtin!.switchesPerLaunch.toFixed(1)}`],
         ['NOP p50 µs, native pool only', st.poolDispatch!.p50Us.toFixed(1), st.poolKernel!.p50Us.toFixed(1), `switches/launch ${st.poolDispatch!.switchesPerLaunch.toFixed(1)} / ${st.poolKernel!.switchesPerLaunch.toFixed(1)}`],
         ['NOP program dispatch µs (pool thread)', Object.entries((st.program as { dispatchPhasesMeanUs?: Record<string, number> }).dispatchPhasesMeanUs ?? {})
           .map(([k, v]) => `${k.replace(/Us$/, '')} ${v.toFixed(1)}`).join(', '), '', '']];
