@@ -52,6 +52,10 @@ interface Call {
   arg1: number;
   /** The area from this slot on, `bytes` long (PV 2 PTE arrays), or null past its end. */
   span: (bytes: number) => DataView | null;
+  /** Entries applied, written into the slot's count once the handler is done (batch and range
+   * ops): a handler leaves its input as the guest wrote it until then, so that a call the server
+   * was killed in the middle of runs again on the same input (docs/checkpoint.md). */
+  applied: number | null;
 }
 
 type OpHandler = (c: Call) => number;
@@ -93,7 +97,7 @@ export class PvPage {
       [PV_OP.UNMAP_RANGE]: (c) => {
         const sp = env.mmu.pvSpace(c.arg0);
         const n = c.count;
-        c.dv.setUint32(PV_SLOT.count, 0, true);
+        c.applied = 0;
         if (!sp || n > PV_RANGE_MAX || (c.flags & ~(PV_RANGE.FLUSH | PV_RANGE.FREE)) !== 0) return -EINVAL;
         // FREE (PV 3): checked before anything changes, so a bad address unmaps nothing
         const free = (c.flags & PV_RANGE.FREE) !== 0 ? getU64(c.dv, PV_SLOT.arg2) : -1;
@@ -101,7 +105,7 @@ export class PvPage {
         const err = env.mmu.pvUnmapRange(sp, c.arg1, n);
         if (err !== 0) return -err;
         env.counters.hypercallEntries += n;
-        c.dv.setUint32(PV_SLOT.count, n, true);
+        c.applied = n;
         if (c.flags & PV_RANGE.FLUSH) env.counters.tlbFlushes++;
         if (free >= 0) {
           env.vramAlloc.free(free);
@@ -181,10 +185,11 @@ export class PvPage {
     };
     const c: Call = {
       dv, count: dv.getUint32(PV_SLOT.count, true), flags: dv.getUint32(PV_SLOT.flags, true),
-      arg0: getU64(dv, PV_SLOT.arg0), arg1: getU64(dv, PV_SLOT.arg1), span,
+      arg0: getU64(dv, PV_SLOT.arg0), arg1: getU64(dv, PV_SLOT.arg1), span, applied: null,
     };
     const handler = this.ops[op];
     const result = handler ? handler(c) : -ENOSYS;
+    if (c.applied !== null) dv.setUint32(PV_SLOT.count, c.applied, true);
     dv.setInt32(PV_SLOT.result, result, true);
     env.called?.(op, dv.getUint32(PV_SLOT.count, true), result);
   }
@@ -213,7 +218,7 @@ export class PvPage {
       }
     }
     env.counters.hypercallEntries += applied;
-    c.dv.setUint32(PV_SLOT.count, applied, true);
+    c.applied = applied;
     return result;
   }
 
@@ -230,11 +235,15 @@ export class PvPage {
     const n = c.count;
     const contiguous = (c.flags & PV_RANGE.CONTIGUOUS) !== 0;
     const alloc = (c.flags & PV_RANGE.ALLOC) !== 0;
-    c.dv.setUint32(PV_SLOT.count, 0, true);
+    c.applied = 0;
     if (!sp || n > PV_RANGE_MAX || (c.flags & ~(PV_RANGE.CONTIGUOUS | PV_RANGE.FLUSH | PV_RANGE.ALLOC)) !== 0) return -EINVAL;
     if (alloc && !contiguous) return -EINVAL;
     const va = c.arg1;
     if (!Number.isSafeInteger(va) || va % 4096 !== 0 || va + n * 4096 > 2 ** 40) return -EINVAL;
+    if (n === 0 && !alloc) { // nothing to map (and no PTE to read)
+      if (c.flags & PV_RANGE.FLUSH) env.counters.tlbFlushes++;
+      return 0;
+    }
     const ptes = contiguous ? c.dv : c.span(PV_SLOT.entries + 8 * n);
     if (!ptes) return -EINVAL;
     const lo0 = ptes.getUint32(PV_SLOT.entries, true);
@@ -287,7 +296,7 @@ export class PvPage {
       }
     }
     env.counters.hypercallEntries += applied;
-    c.dv.setUint32(PV_SLOT.count, applied, true);
+    c.applied = applied;
     if (result === 0 && (c.flags & PV_RANGE.FLUSH)) env.counters.tlbFlushes++;
     return result;
   }

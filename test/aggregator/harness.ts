@@ -59,7 +59,7 @@ export interface PvResult {
 export class PvClient {
   readonly slots: number;
   private readonly wr: (off: number, v: number) => void;
-  private readonly dv: DataView;
+  readonly dv: DataView;
 
   constructor(area: Uint8Array, gpa: number, slots: number, rd: (off: number) => number, wr: (off: number, v: number) => void) {
     this.slots = slots;

@@ -173,6 +173,37 @@ describe('PV hypercall page', () => {
     expect(c.shadowRebuilds).toBe(0);
   });
 
+  // Found by the restart test: a server killed in the middle of a MAP_RANGE had already written
+  // the slot's count (0) into guest memory, the next server ran the call again from its
+  // checkpoint on that count, and a PTE-array call with count 0 read past its slot (a handler
+  // exception, an I/O error in QEMU).
+  it('range calls leave the slot as the guest wrote it until they finish; a count of 0 maps nothing', () => {
+    h = host();
+    const g = attach('pv-batch');
+    const pv = g.pv!;
+    const pd = g.gvm.pd;
+    const page = g.vram(8 * 4096);
+    const R = S.PV_RANGE;
+    const mmu = g.vm.mmu;
+    const seen: number[] = [];
+    const slotCount = () => pv.dv.getUint32(S.PV_SLOT.count, true);
+    const mapVram = mmu.pvMapVramRange.bind(mmu);
+    const mapOne = mmu.pvMap.bind(mmu);
+    const unmap = mmu.pvUnmapRange.bind(mmu);
+    mmu.pvMapVramRange = (...a) => (seen.push(slotCount()), mapVram(...a));
+    mmu.pvMap = (...a) => (seen.push(slotCount()), mapOne(...a));
+    mmu.pvUnmapRange = (...a) => (seen.push(slotCount()), unmap(...a));
+    const va = 0x43_0000_0000;
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va, count: 8, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] })).toMatchObject({ result: 0, count: 8 });
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va + 0x10_0000, count: 3, ptes: [pte(page.addr), pte(page.addr + 4096), pte(page.addr)] })).toMatchObject({ result: 0, count: 3 });
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va, count: 8 })).toMatchObject({ result: 0, count: 8 });
+    expect(seen).toEqual([8, 3, 3, 3, 8]); // the input count, while the work was being done
+    // count 0: answered (result 0, nothing applied), with or without a PTE array
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va, count: 0 })).toMatchObject({ result: 0, count: 0 });
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va, count: 0, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] })).toMatchObject({ result: 0, count: 0 });
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va, count: 0 })).toMatchObject({ result: 0, count: 0 });
+  });
+
   it('PV 3 ALLOC/FREE flags: a VRAM buffer allocated and mapped in one call, unmapped and freed in one; all or nothing', async () => {
     h = host();
     const g = attach('pv-batch');
