@@ -11,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { useTwin } from './twin.ts';
 import { Vugpu } from '../../src/server.ts';
 import { failLost } from '../../src/gpu/persist.ts';
+import { jobPool } from '../../src/gpu/jobs.ts';
 
 const twin = useTwin('vugpu-lost-twin-');
 
@@ -31,11 +32,20 @@ describe('ENGINE_LOST under the native twin', () => {
             text += d.toString();
             if (!fired && text.includes('"phase":"recover-armed"')) {
               fired = true;
-              // the LOOP is on the engine now: lose it, as a restart would
+              // the LOOP is on the engine now: lose it, as a restart would. A restart's new
+              // process serves nothing before the old one, and its jobs, are gone; here the old
+              // job is only cancelled (the LOOP writes how far it got when it sees the cancel,
+              // up to ~100 µs later, more on a loaded host), so nothing new starts until it ended.
               setTimeout(() => {
                 const busy = server.engine.fifo.channels.filter((ch) => ch.bound && ch.error === 0).map((ch) => ch.chid);
                 expect(busy.length).toBeGreaterThan(0);
+                server.engine.cp.halt();
                 failLost(server.engine, busy);
+                const resume = (): void => {
+                  if (jobPool.inFlight === 0) server.engine.cp.unhalt();
+                  else setTimeout(resume, 1);
+                };
+                resume();
               }, 300);
             }
           };
