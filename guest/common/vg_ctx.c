@@ -916,7 +916,7 @@ int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 	vm_flush_locked(&c->vm); /* the ring's mappings, before the device first reads them */
 	vg_unlock(d);
 
-	/* The classes are bound by the context's first submission, in its own entry: a context
+	/* The classes are bound by the context's first submission, ahead of its methods: a context
 	 * costs no doorbell before its user's work (in a mediated VM no shadow rebuild either:
 	 * the runtime maps its parameter ring right after this, and one flush then covers both). */
 	c->bind_classes = true;

@@ -154,7 +154,8 @@ export class ShadowMmu {
     }
   }
 
-  /** Rebuild sp if a flush left it dirty (lazy shadowing: at doorbells and binds). */
+  /** Rebuild sp if a flush left it dirty (lazy shadowing: when the device is about to translate
+   * through it, the engine's `translating` event). */
   sync(sp: ShadowSpace): void {
     if (sp.dirty && !sp.pv) this.rebuild(sp);
   }
