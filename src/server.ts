@@ -60,6 +60,8 @@ export interface VugpuOptions {
   engine?: EngineBackend;
   /** Vulkan device to use (substring of its name); default: the first suitable one. */
   vulkanDevice?: string;
+  /** Completion polling in µs (EngineOptions.completionPollUs); default: the device's. */
+  completionPollUs?: number;
 }
 
 /**
@@ -113,7 +115,7 @@ export class Vugpu {
     this.programs = openProgramBackend(backend, opts.vulkanDevice);
     this.engine = new Engine({
       vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs, vramFd: adopt?.vramFd,
-      programs: this.programs, builtinsOnPrograms: backend === 'vulkan',
+      programs: this.programs, builtinsOnPrograms: backend === 'vulkan', completionPollUs: opts.completionPollUs,
     });
     this.metrics.setEngineInfo({ backend, device: this.programs?.device ?? 'none' });
     this.server = new Server({

@@ -18,6 +18,7 @@ import { pprogRegisters } from './pprog.ts';
 import { ProgramCache, type ProgramBackend } from './programs.ts';
 import { BUILTIN_OWNER } from './builtin-programs.ts';
 import type { ChannelState } from './channel.ts';
+import { jobPool } from './jobs.ts';
 import { PMC_ENABLE_PFIFO, PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE } from './spec.ts';
 
 export type { EngineListener };
@@ -44,6 +45,9 @@ export interface EngineOptions {
   programsPerOwner?: number;
   /** Run the built-in kernels as their SPIR-V versions on the program device (`--engine vulkan`). */
   builtinsOnPrograms?: boolean;
+  /** Poll for job completions up to this many µs instead of sleeping (jobs.ts); 0 = never.
+   * Default: the program device's suggestion (a GPU on a host of ≥ 4 CPUs: 1000), else 0. */
+  completionPollUs?: number;
 }
 
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */
@@ -62,6 +66,8 @@ export class Engine implements GpuCore {
   readonly cp: CommandProcessor;
   /** PTIMER origin (hrtime ns of the last reset); plain so that a checkpoint carries it. */
   resetAt = process.hrtime.bigint();
+  /** µs the JS thread polls for a job's completion before sleeping (EngineOptions). */
+  readonly completionPollUs: number;
   private unknownLogged = new Set<number>();
 
   constructor(opts: EngineOptions = {}) {
@@ -94,9 +100,11 @@ export class Engine implements GpuCore {
       this.cp.windows.readOnly = opts.programs.readOnlyWindows ?? 'private';
     }
     this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
+    this.completionPollUs = opts.completionPollUs ?? opts.programs?.completionPollUs ?? 0;
+    jobPool.setCompletionPoll(this, this.completionPollUs);
     this.regs = new RegisterFile(tables);
     this.log.info(
-      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs, programDevice: this.programDevice },
+      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs, programDevice: this.programDevice, completionPollUs: this.completionPollUs },
       'gpu engine created',
     );
   }
@@ -251,6 +259,7 @@ export class Engine implements GpuCore {
     this.fifo.reset();
     this.cp.programs?.close();
     this.cp.close();
+    jobPool.setCompletionPoll(this, 0);
     this.vram.close();
     this.log.info('gpu engine closed');
   }

@@ -81,6 +81,8 @@ export interface ProgramBackend {
    * device pins pages but only copies from them), 'fresh' (it pins and binds them: a new private
    * window per launch). Absent = 'private'. */
   readonly readOnlyWindows?: ReadOnlyWindows;
+  /** µs of completion polling this device suggests to the engine (jobs.ts); absent = none. */
+  readonly completionPollUs?: number;
   /** Bumped when the device is lost and rebuilt (a multi-dispatch launch that spans it fails). */
   generation?(): number;
   /** Check, rewrite and compile into `slot`; status 0 = ready, -EINVAL = refused (see info). */

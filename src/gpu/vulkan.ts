@@ -3,6 +3,7 @@
 // It only compiles and dispatches what the front end (programs.ts, compute.ts) hands it:
 // modules are checked and made stoppable by native/src/spirv inside the compile job, on a pool
 // thread, so a hostile module never reaches the driver unchecked and never blocks the JS thread.
+import os from 'node:os';
 import { native, type VulkanDeviceInfo } from '../native.ts';
 import { jobPool, type JobResult } from './jobs.ts';
 import { useGpuVariants } from './program/builtins.ts';
@@ -48,11 +49,15 @@ export function clampLimits(dev: Clampable): ProgramLimits {
   };
 }
 
+/** Completion polling a GPU asks for (µs): a 1024³ GEMM's launch (~0.5 ms on an H200) fits. */
+export const GPU_COMPLETION_POLL_US = 1000;
+
 export class VulkanBackend implements ProgramBackend {
   readonly device: string;
   readonly driver: string;
   readonly limits: ProgramLimits;
   readonly readOnlyWindows: ReadOnlyWindows;
+  readonly completionPollUs: number;
   private closed = false;
 
   readonly deviceInfo: VulkanDeviceInfo;
@@ -65,6 +70,9 @@ export class VulkanBackend implements ProgramBackend {
     // A GPU pins imported host pages: over a copy-on-write mapping it would keep the pages of
     // the first import (native/src/vulkan/staging.cc). Staged, it only copies from them.
     this.readOnlyWindows = info.type === 'cpu' ? 'private' : info.memory === 'device' ? 'shared' : 'fresh';
+    // A GPU finishes most launches in well under a millisecond: wake for them by polling (jobs.ts),
+    // on a host with cores to spare. A CPU device computes on the cores a poll would take.
+    this.completionPollUs = info.type !== 'cpu' && os.availableParallelism() >= 4 ? GPU_COMPLETION_POLL_US : 0;
   }
 
   /** Open the named device (substring match) or the first suitable one; throws a readable

@@ -64,6 +64,8 @@ const CASES: [string[], string[]][] = [
   [['serve', '--socket', '/tmp/a.sock', '--policy', 'fifo', '--band-yield-us', '500'], ['band-yield-us 500', 'policy band only']],
   [['serve', '--socket', '/tmp/a.sock', '--engine', 'native', '--vulkan-device', 'llvmpipe'], ['vulkan-device llvmpipe', 'engine auto or vulkan']],
   [['serve', '--socket', '/tmp/a.sock', '--checkpoint-ms', '20'], ['checkpoint-ms 20', 'restartable']],
+  [['serve', '--socket', '/tmp/a.sock', '--completion-poll-us', '-5'], ['--completion-poll-us -5', 'microseconds']],
+  [['serve', '--socket', '/tmp/a.sock', '--completion-poll-us', '200000'], ['--completion-poll-us 200000', 'microseconds']],
   [['serve', '--socket', '/tmp/a.sock', '--log-level', 'loud'], ['--log-level loud', 'one of trace, debug']],
   [['serve', '--config', '/nonexistent/vugpu.toml'], ['--config /nonexistent/vugpu.toml', 'no such file']],
   [['demo', '--pv', '3'], ['vugpu demo: --pv 3', 'one of 0, 1 or 2']],
@@ -226,6 +228,9 @@ describe('config file', () => {
     expect(s.logFormat).toBe('json');
     // A service started empty: only the control socket.
     expect(serveSettings(['--control-socket', '/run/vugpu/control.sock']).options.vms).toEqual([]);
+    // Completion polling: given, it reaches the engine's options; absent, the device decides.
+    expect(serveSettings(['--control-socket', '/run/vugpu/c.sock', '--completion-poll-us', '0']).options.completionPollUs).toBe(0);
+    expect(serveSettings(['--control-socket', '/run/vugpu/c.sock']).options.completionPollUs).toBeUndefined();
     expect(() => serveSettings(['--config', f, '--vm', `name=a,socket=${sock('z')}`])).toThrow(UsageError);
   });
 
