@@ -236,6 +236,45 @@ describe('device-memory path (forced on the test device)', () => {
     expect(c.f32[n * n - 1]).toBe(2 * n);
   });
 
+  it('a staged relaunch submits its recorded command buffers again: new inputs go up, results right; other windows or parameters record anew', async () => {
+    const replays = () => native.vulkanStats().replays;
+    const n = 128, bytes = 4 * n * n; // two rows of 64×64 tiles: two panels
+    const a = r.vram(bytes), b = r.vram(bytes), c = r.vram(bytes), c2 = r.vram(bytes);
+    randF32(a.f32, 11);
+    randF32(b.f32, 12);
+    const gemm = async (out: GpuBuf, m = n) => {
+      out.f32.fill(NaN);
+      await r.ch.launch(K.FMMUL, [a, b, out].map(buf), params(['u32', m]));
+      const A = a.f32.slice(0, m * m), B = b.f32.slice(0, m * m);
+      expectGemmClose(m, A, B, out.f32.slice(0, m * m), nativeFmmul(m, A, B));
+    };
+    await gemm(c); // recorded (panels: the three-queue chain)
+    let r0 = replays();
+    const s0 = native.vulkanStats();
+    randF32(a.f32, 13); // new inputs under the same windows
+    await gemm(c);
+    expect(replays() - r0).toBe(1);
+    const s1 = native.vulkanStats();
+    expect(s1.panels - s0.panels).toBeGreaterThanOrEqual(2);
+    expect([s1.uploadBytes - s0.uploadBytes, s1.downloadBytes - s0.downloadBytes, s1.zeroedBytes - s0.zeroedBytes]).toEqual([2 * bytes, bytes, bytes]);
+    r0 = replays();
+    await gemm(c2); // another output window
+    await gemm(c, 64); // other parameters
+    expect(replays() - r0).toBe(0);
+    expect(c2.f32[0]).not.toBe(c.f32[0]); // the first launch's C went to c2, not to the recorded c
+    // One command buffer (a launch below one panel): the same, on the compute queue alone.
+    const m = 16, sb = 4 * m * m;
+    const x = r.vram(sb), y = r.vram(sb), z = r.vram(sb);
+    x.f32.fill(1);
+    y.f32.fill(2);
+    await r.ch.launch(K.FMADD, [x, y, z].map(buf), params(['u32', m]));
+    r0 = replays();
+    x.f32.fill(5);
+    await r.ch.launch(K.FMADD, [x, y, z].map(buf), params(['u32', m]));
+    expect(replays() - r0).toBe(1);
+    expect([...new Set(z.f32)]).toEqual([7]);
+  });
+
   it('writes back exactly the writable bindings: bytes beside them and aliased inputs stay right', async () => {
     // FMADD C = A + B with C = A (in place, one group) inside a page whose other bytes are
     // sentinels: a write-back of whole pages (or of the stale pool buffer) would change them.

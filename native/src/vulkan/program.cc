@@ -851,26 +851,40 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     for (auto& x : reg) bytes += x.size;
     oneCmd = R.ks.slices < 2 && (bytes <= EnvOr("VUGPU_VK_ONE_QUEUE_BYTES", kOneQueueBytes) || di.transferQueues == 0);
   }
-  // A launch identical to the lane's last one submits the same command buffer and descriptor
+  // A launch identical to the lane's last one submits the same command buffers and descriptor
   // sets again (H100: recording and descriptor writes are ~10 of a NOP program's ~45 µs on the
-  // pool thread). Only without staged copies: then what was recorded depends on the program,
-  // grid, parameters and the windows' imports alone — all in the key, by serial.
+  // pool thread; H200: ~45 of a staged 1024³ GEMM's ~500). What was recorded depends on the
+  // program, grid, parameters, windows, the staging plan and the imports and device buffers
+  // alone — all in the key, buffers by serial. A bounced window is copied per launch: never.
+  const bool fillEach = EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
   thread_local std::vector<uint64_t> key;  // pool threads live long: no allocation per launch
   key.clear();
-  const bool replayable = oneCmd && (!staged || R.groups.empty()) && !EnvOr("VUGPU_VK_NO_REPLAY", 0);
+  bool bounced = false;
+  for (const Group& g : R.groups) bounced = bounced || g.bounce.buf != VK_NULL_HANDLE;
+  const bool replayable = !bounced && !EnvOr("VUGPU_VK_NO_REPLAY", 0);
   if (replayable) {
-    key.reserve(8 + R.in.params.size() / 8 + 3 * R.infos.size());
-    key.assign({prog.serial, R.ts ? 1u : 0u, R.in.grid[0], R.in.grid[1], R.in.grid[2], prog.pushRange});
-    for (size_t o = 0; o < prog.pushRange; o += 8) {
+    const DispatchInput& in = R.in;
+    key.reserve(32 + in.params.size() / 8 + 2 * in.windows.size() + in.panelRowBytes.size() + 4 * R.groups.size());
+    key.assign({prog.serial, R.ts ? 1u : 0u, oneCmd ? 1u : 0u, staged ? 1u : 0u, panels, rowsPer, R.ks.slices,
+                fillEach ? 1u : 0u, in.grid[0], in.grid[1], in.grid[2], prog.pushRange, in.params.size(),
+                in.windows.size(), in.overwrites.size(), in.panelRowBytes.size(), R.groups.size(),
+                in.kStream.binding, in.kStream.rowBytes, in.kStream.k0Offset, in.kStream.k1Offset,
+                in.kStream.accumulateOffset, R.ks.kBound.size()});
+    for (size_t o = 0; o < in.params.size(); o += 8) {
       uint64_t w = 0;
-      if (o < R.in.params.size()) memcpy(&w, R.in.params.data() + o, std::min<size_t>({8, R.in.params.size() - o, prog.pushRange - o}));
+      memcpy(&w, in.params.data() + o, std::min<size_t>(8, in.params.size() - o));
       key.push_back(w);
     }
-    for (size_t i = 0; i < R.infos.size(); i++) {
-      const int gi = R.groupOf[i];
-      key.push_back(gi < 0 ? 0 : R.groups[size_t(gi)].imp->serial);
-      key.push_back(R.infos[i].offset);
-      key.push_back(R.infos[i].range);
+    for (size_t i = 0; i < in.windows.size(); i++) key.push_back(in.windows[i]), key.push_back(in.lengths[i]);
+    for (uint8_t o : in.overwrites) key.push_back(o);
+    for (uint64_t b : in.panelRowBytes) key.push_back(b);
+    for (uint32_t k : R.ks.kBound) key.push_back(k);
+    for (size_t i = 0; i < R.zeroed.size(); i++) key.push_back((R.zeroed[i] ? 1u : 0u) | (R.writable[i] ? 2u : 0u));
+    for (const Group& g : R.groups) {
+      key.push_back(g.imp ? g.imp->serial : 0);
+      key.push_back(g.dev.serial);
+      key.push_back(g.start);
+      key.push_back(g.end);
     }
   }
   const bool replay = replayable && key == lane->replayKey;
@@ -896,6 +910,11 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   const uint64_t recordNs = NowNs();
   if (replay) {
     GetImportStats().replays++;
+    if (oneCmd && staged && !R.groups.empty()) {
+      GetImportStats().uploadBytes += lane->replayBytes[0];
+      GetImportStats().downloadBytes += lane->replayBytes[1];
+      GetImportStats().zeroedBytes += lane->replayBytes[2];
+    }
   } else if (oneCmd) {
     VkCommandBuffer cmd = lane->cmd;
     f.vkBeginCommandBuffer(cmd, &bi);
@@ -948,6 +967,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       lane->replayKey = key;
       lane->replaySets[0] = sets[0];
       lane->replaySets[1] = sets[1];
+      lane->replayBytes[0] = up, lane->replayBytes[1] = down, lane->replayBytes[2] = zeroed;
     }
   } else {
     // Panel p: upload its rows (all of the other bindings with panel 0) → compute its rows →
@@ -965,9 +985,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     // before each panel would make the GPU drain between panels (the last wave of one panel no
     // longer overlapping the first of the next). VUGPU_VK_FILL_EACH_PANEL=1: fill per panel
     // (measurement).
-    const bool fillEach = EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
     std::vector<uint8_t> sliceParams;
-    for (uint32_t p = 0; p < panels; p++) {
+    for (uint32_t p = 0; p < panels && !replay; p++) {
       const uint32_t y0 = p * rowsPer, y1 = std::min(R.in.grid[1], y0 + rowsPer);
       VkCommandBuffer u = lane->upCmd[p == 0 ? 0 : S - 1 + p], d = lane->downCmd[p];
       f.vkBeginCommandBuffer(u, &bi);
@@ -1043,6 +1062,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       }
       if (f.vkEndCommandBuffer(u) || f.vkEndCommandBuffer(d)) return -ENOMEM;
     }
+    if (replay) up = lane->replayBytes[0], down = lane->replayBytes[1], zeroed = lane->replayBytes[2];
     GetImportStats().uploadBytes += up;
     GetImportStats().downloadBytes += down;
     GetImportStats().zeroedBytes += zeroed;
@@ -1102,6 +1122,12 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       R.abandoned = true;
       if (r == VK_ERROR_DEVICE_LOST || submitted) return LostHere(c, "vkQueueSubmit");
       return -ENOMEM;
+    }
+    if (replayable && !replay) {
+      lane->replayKey = key;
+      lane->replaySets[0] = sets[0];
+      lane->replaySets[1] = sets[1];
+      lane->replayBytes[0] = up, lane->replayBytes[1] = down, lane->replayBytes[2] = zeroed;
     }
   }
 

@@ -255,6 +255,7 @@ VkResult AcquirePoolBuf(Context& c, uint64_t size, bool hostVisible, PoolBuf* ou
   PoolBuf b;
   b.size = size;
   b.memType = type;
+  b.serial = NextSerial();
   VkResult r = CreateBufferRaw(c, size,
                                VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                    VK_BUFFER_USAGE_TRANSFER_DST_BIT,

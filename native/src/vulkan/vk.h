@@ -136,6 +136,7 @@ struct PoolBuf {
   VkDeviceMemory mem = VK_NULL_HANDLE;
   VkBuffer buf = VK_NULL_HANDLE;
   void* map = nullptr;    // host-visible bounce buffers only
+  uint64_t serial = 0;    // unique per buffer made (a lane's replayKey names it)
 };
 
 // Per-dispatch resources, reused: one lane is used by one job at a time.
@@ -154,11 +155,13 @@ struct Lane {
   std::vector<VkCommandBuffer> upCmd, compCmd, downCmd;
   VkSemaphore upSem = VK_NULL_HANDLE, compSem = VK_NULL_HANDLE;
   uint64_t tl = 0;
-  // What `cmd` and the descriptor sets hold when they can be submitted again unchanged (a launch
-  // without staged copies identical to the lane's last one): program and import serials, grid,
-  // parameters, windows. Empty = nothing replayable.
+  // What the lane's command buffers and descriptor sets hold when they can be submitted again
+  // unchanged (a launch identical to the lane's last one, none of its windows bounced): program,
+  // import and device-buffer serials, grid, parameters, windows, the staging plan. Empty =
+  // nothing replayable. replayBytes: that recording's upload, download and zero-fill bytes.
   std::vector<uint64_t> replayKey;
   VkDescriptorSet replaySets[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+  uint64_t replayBytes[3] = {0, 0, 0};
 };
 
 // The queues a dispatch submits to; they may all be one queue (then one mutex).
