@@ -17,6 +17,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { jobPool } from '../src/gpu/jobs.ts';
 import { native } from '../src/native.ts';
 import { Engine } from '../src/gpu/engine.ts';
 import { HostDriver, type HostChannel, type GpuVm } from '../src/gpu/host-driver/driver.ts';
@@ -202,15 +203,28 @@ function phasesUs(p0: Phases, p1: Phases, wallMs: number[]) {
   return { dispatchesPerLaunch: d / n, meanWall: wall, ...r, outside: wall - inside };
 }
 
-async function nopLatency(ch: HostChannel, count: number) {
+/** NOP launch→fence on `ch`, in alternating blocks with the engines' completion polling
+ * (jobs.ts: process-wide, the largest wish) and with none: the figure with it, `noPoll` beside. */
+async function nopLatency(ch: HostChannel, engines: Engine[], count: number) {
   for (let i = 0; i < Math.min(200, count); i++) await ch.launch(K.NOP, []);
-  const lat: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const t0 = now();
-    await ch.launch(K.NOP, []);
-    lat.push(Number(now() - t0) / 1e3);
+  const lat: number[] = [], off: number[] = [];
+  const BLOCK = 100;
+  const restore = () => engines.forEach((e) => jobPool.setCompletionPoll(e, e.completionPollUs));
+  const pollUs = (restore(), jobPool.completionPollUs);
+  for (let done = 0; done < count; done += BLOCK) {
+    for (const [on, into] of [[true, lat], [false, off]] as const) {
+      if (on) restore();
+      else engines.forEach((e) => jobPool.setCompletionPoll(e, 0));
+      for (let i = 0; i < BLOCK; i++) {
+        const t0 = now();
+        await ch.launch(K.NOP, []);
+        into.push(Number(now() - t0) / 1e3);
+      }
+    }
   }
-  return { launches: count, meanUs: lat.reduce((x, y) => x + y, 0) / count, p50Us: quantile(lat, 0.5), p99Us: quantile(lat, 0.99) };
+  restore();
+  const st = (x: number[]) => ({ launches: x.length, meanUs: x.reduce((a, b) => a + b, 0) / x.length, p50Us: quantile(x, 0.5), p99Us: quantile(x, 0.99) });
+  return { completionPollUs: pollUs, ...st(lat), noPoll: st(off) };
 }
 
 export async function main(argv: string[]): Promise<void> {
@@ -454,9 +468,9 @@ export async function main(argv: string[]): Promise<void> {
     rows.push(row);
   }
 
-  const nop = await nopLatency(ch, args.nops);
-  const cpuNop = await nopLatency(cpuCh, args.nops);
-  console.log(`NOP launch→fence: Vulkan engine p50 ${nop.p50Us.toFixed(1)} µs (p99 ${nop.p99Us.toFixed(1)}); CPU engine p50 ${cpuNop.p50Us.toFixed(1)} µs`);
+  const nop = await nopLatency(ch, [engine, cpuEngine], args.nops);
+  const cpuNop = await nopLatency(cpuCh, [engine, cpuEngine], args.nops);
+  console.log(`NOP launch→fence: Vulkan engine p50 ${nop.p50Us.toFixed(1)} µs (p99 ${nop.p99Us.toFixed(1)}; without completion polling ${nop.noPoll.p50Us.toFixed(1)}); CPU engine p50 ${cpuNop.p50Us.toFixed(1)} µs`);
   const vs = native.vulkanStats();
   drv.close();
   engine.close();

@@ -16,7 +16,7 @@
 //     constant (a store of a NOP-sized shader; a never-taken branch of SGEMM): one made new only
 //     by its header's generator word would be the same shader to Mesa, a disk-cache read.
 // Writes bench/results/programs.json and programs.svg.
-//   node bench/programs.ts   env: VUGPU_BENCH_NOPS (600), VUGPU_BENCH_VEC (1048576), VUGPU_BENCH_SGEMM (256),
+//   node bench/programs.ts   env: VUGPU_BENCH_NOPS (600), VUGPU_BENCH_NOP_WARM_MS (300), VUGPU_BENCH_VEC (1048576), VUGPU_BENCH_SGEMM (256),
 //                            VUGPU_BENCH_REWRITE_ROUNDS (15)
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -33,6 +33,7 @@ import { repoRoot, quantile, median, textTable, writeResult } from './lib/common
 import { rewriteCost, type RewriteCase } from './rewrite-cost.ts';
 
 const NOPS = Number(process.env.VUGPU_BENCH_NOPS ?? 600);
+const NOP_WARM_MS = Number(process.env.VUGPU_BENCH_NOP_WARM_MS ?? 300);
 const VEC = Number(process.env.VUGPU_BENCH_VEC ?? 1 << 20);
 const SG = Number(process.env.VUGPU_BENCH_SGEMM ?? 256);
 const REWRITE_ROUNDS = Number(process.env.VUGPU_BENCH_REWRITE_ROUNDS ?? 15);
@@ -102,6 +103,13 @@ function lat(samples: number[]): Lat {
 async function nopLatency(ch: HostChannel, nopProg: ProgramModule): Promise<{ builtin: Lat; program: Lat; ratioP50: number; ratioMean: number }> {
   await ch.launch(K.NOP, []);
   await ch.launchProgram(nopProg, { buffers: [] }); // compile (first launch) out of the way
+  // Both kinds for NOP_WARM_MS first: a GPU's clocks and the host's cores ramp up under load
+  // (H200 host, without it: the first mode measured, bare, read a NOP program p50 of 93 µs;
+  // the same path measured later in the run, nopStages, 69 µs).
+  for (const t0 = Date.now(); Date.now() - t0 < NOP_WARM_MS;) {
+    await ch.launch(K.NOP, []);
+    await ch.launchProgram(nopProg, { buffers: [] });
+  }
   const a: number[] = [], b: number[] = [];
   for (let done = 0; done < NOPS; done += BLOCK) {
     for (let i = 0; i < BLOCK; i++) {
@@ -143,6 +151,7 @@ async function main(): Promise<void> {
     host: { cpu: os.cpus()[0]?.model, cpus: os.cpus().length, loadAvgAtStart: os.loadavg() },
     mesaShaderCache: process.env.MESA_SHADER_CACHE_DISABLE ? `disabled (${process.env.MESA_SHADER_CACHE_DISABLE})` : ownCache ? 'fresh directory of this run' : process.env.MESA_SHADER_CACHE_DIR,
     warmUp: backend.deviceInfo.warmUp,
+    nopWarmMs: NOP_WARM_MS, completionPollUs: backend.completionPollUs,
   };
 
   // ---- NOP latency per mode ----
