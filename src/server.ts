@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Server, type ServerPersistence } from './device-model/server.ts';
 import type { PciDevice } from './device-model/device.ts';
+import { jobPool } from './gpu/jobs.ts';
 import { Engine } from './gpu/engine.ts';
 import { VulkanBackend } from './gpu/vulkan.ts';
 import type { ProgramBackend } from './gpu/programs.ts';
@@ -118,6 +119,21 @@ export class Vugpu {
       programs: this.programs, builtinsOnPrograms: backend === 'vulkan', completionPollUs: opts.completionPollUs,
     });
     this.metrics.setEngineInfo({ backend, device: this.programs?.device ?? 'none' });
+    // Completion polling (src/gpu/jobs.ts): how often the JS thread polled, and how each poll
+    // ended — by a completion or at its budget (a budget often spent is a core spent for nothing).
+    this.metrics.addFamily({
+      name: 'completion_polls_total', type: 'counter',
+      help: 'Completion polls of the JS thread by how they ended (completed: nothing left in flight; expired: the budget ran out).',
+      samples: () => [
+        { labels: { end: 'completed' }, value: jobPool.pollCounts.completed },
+        { labels: { end: 'expired' }, value: jobPool.pollCounts.expired },
+      ],
+    });
+    this.metrics.addFamily({
+      name: 'completion_poll_budget_microseconds', type: 'gauge',
+      help: 'How long the JS thread polls for a job completion before sleeping (serve --completion-poll-us).',
+      samples: () => [{ labels: {}, value: this.engine.completionPollUs }],
+    });
     this.server = new Server({
       ...(opts.allowUnsealedDma ? { limits: { dmaRequireSealed: false } } : {}),
       persistence: opts.persistence,

@@ -161,6 +161,9 @@ describe('control API', () => {
     expect(text).toContain('# TYPE vugpu_control_requests_total counter');
     expect(text).toMatch(/^vugpu_vram_bytes\{kind="slice_free"\} \d+$/m);
     expect(text).toMatch(/^vugpu_vm_attached\{vm="a",state="idle"\} 0$/m);
+    // engine native: no program device, so no completion polling asked for
+    expect(text).toMatch(/^vugpu_completion_poll_budget_microseconds 0$/m);
+    expect(text).toMatch(/^vugpu_completion_polls_total\{end="expired"\} \d+$/m);
     const json = v.metrics.snapshot();
     expect(json.families?.control_requests_total?.length).toBeGreaterThan(3);
   });
