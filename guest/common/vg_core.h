@@ -95,6 +95,7 @@ extern const struct vg_vm_ops vg_vm_ops_pv;
 struct vg_vm {
 	struct vg_dev *dev;
 	u64 pd_addr;
+	u64 alloc_bytes;      /* the PD's VRAM allocation: the PD, then what vg_vm_init's caller asked for */
 	u64 *pt_addr;         /* VRAM address of the small-page table per PDE, 0 = none (register path) */
 	struct vg_ralloc va;
 	struct vg_ralloc va_large;  /* [VG_LARGE_VA_START, 2^40) */
@@ -127,6 +128,7 @@ struct vg_bo {
 /* ---- context (address space + channel) ---- */
 #define VG_GPFIFO_ENTRIES 1024u
 #define VG_PB_SIZE (512u * 1024u)
+#define VG_GPFIFO_BYTES (VG_GPFIFO_ENTRIES * VG_GPFIFO_ENTRY_SIZE) /* page multiple: the pushbuffer follows it */
 #define VG_FENCE_DWORDS 5u
 #define VG_USERD_OFFSET 0x800 /* USERD lives in the instance block's page, after its fields */
 #define VG_SEM_PARAM_OFFSET 0x100 /* parameter block of driver-issued launches (buffer clears) */

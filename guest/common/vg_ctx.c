@@ -45,27 +45,36 @@ static void vm_flush_locked(struct vg_vm *vm)
 	vm->dev->vm_ops->flush(vm);
 }
 
-int vg_vm_init(struct vg_vm *vm, struct vg_dev *d)
+/*
+ * An address space, and `extra` bytes of VRAM in the same allocation right after its PD (page
+ * aligned, at *extra_addr): a context's instance block goes there, so in PV a context costs one
+ * MEM_ALLOC and one MEM_FREE hypercall fewer.
+ */
+int vg_vm_init(struct vg_vm *vm, struct vg_dev *d, u64 extra, u64 *extra_addr)
 {
 	int ret;
 
 	vm->dev = d;
+	vm->alloc_bytes = VG_PD_SIZE + VG_ALIGN_UP(extra, VG_PAGE_SIZE);
 	ret = vg_ralloc_init(&vm->va, VUGPU_CTX_VA_START, VG_LARGE_VA_START - VUGPU_CTX_VA_START);
 	if (!ret)
 		ret = vg_ralloc_init(&vm->va_large, VG_LARGE_VA_START, (1ull << VG_VA_BITS) - VG_LARGE_VA_START);
 	if (ret)
 		return ret;
 	vg_lock(d);
-	ret = vg_vram_alloc_locked(d, VG_PD_SIZE, VG_PAGE_SIZE, &vm->pd_addr);
+	ret = vg_vram_alloc_locked(d, vm->alloc_bytes, VG_PAGE_SIZE, &vm->pd_addr);
 	if (!ret) {
 		ret = (d->vm_ops->set_pgd)(vm); /* parenthesised: set_pgd is also an x86 macro */
 		if (ret) {
-			vg_vram_free_locked(d, vm->pd_addr, VG_PD_SIZE);
+			vg_vram_free_locked(d, vm->pd_addr, vm->alloc_bytes);
 			vm->pd_addr = 0;
 		}
 	}
-	if (!ret)
+	if (!ret) {
 		d->address_spaces++;
+		if (extra_addr)
+			*extra_addr = extra ? vm->pd_addr + VG_PD_SIZE : 0;
+	}
 	vg_unlock(d);
 	return ret;
 }
@@ -79,7 +88,7 @@ void vg_vm_fini(struct vg_vm *vm)
 	vg_lock(d);
 	d->vm_ops->fini(vm);
 	if (vm->pd_addr) {
-		vg_vram_free_locked(d, vm->pd_addr, VG_PD_SIZE);
+		vg_vram_free_locked(d, vm->pd_addr, vm->alloc_bytes);
 		d->address_spaces--;
 	}
 	vg_unlock(d);
@@ -872,7 +881,7 @@ static int ctx_recover(struct vg_ctx *c)
 int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 {
 	struct vg_ctx *c;
-	struct vg_bo *gp, *pb, *sem;
+	struct vg_bo *ring, *sem;
 	int ret;
 
 	c = vg_os_zalloc(sizeof(*c));
@@ -888,26 +897,23 @@ int vg_ctx_create(struct vg_dev *d, void *os_priv, struct vg_ctx **out)
 		ret = -ENOMEM;
 		goto fail;
 	}
-	ret = vg_vm_init(&c->vm, d);
-	if (ret)
-		goto fail;
-	ret = vg_vram_alloc(d, VG_INST_SIZE, VG_PAGE_SIZE, &c->inst_addr);
+	/* the instance block shares the PD's allocation; the GPFIFO ring and the pushbuffer (both
+	 * read-only to the device) are one buffer: in PV two hypercalls fewer each way per context */
+	ret = vg_vm_init(&c->vm, d, VG_INST_SIZE, &c->inst_addr);
 	if (ret)
 		goto fail;
 	c->vram_bytes += VG_INST_SIZE;
 	c->userd_addr = c->inst_addr + VG_USERD_OFFSET;
 
-	ret = bo_new_vram(c, VG_GPFIFO_ENTRIES * VG_GPFIFO_ENTRY_SIZE, VUGPU_MEM_READ_ONLY, true, &gp);
-	if (!ret)
-		ret = bo_new_vram(c, VG_PB_SIZE, VUGPU_MEM_READ_ONLY, true, &pb);
+	ret = bo_new_vram(c, VG_GPFIFO_BYTES + VG_PB_SIZE, VUGPU_MEM_READ_ONLY, true, &ring);
 	if (!ret)
 		ret = bo_new_vram(c, VG_PAGE_SIZE, 0, true, &sem);
 	if (ret)
 		goto fail;
-	c->gpfifo_addr = gp->vram_addr;
-	c->gpfifo_va = gp->va;
-	c->pb_addr = pb->vram_addr;
-	c->pb_va = pb->va;
+	c->gpfifo_addr = ring->vram_addr;
+	c->gpfifo_va = ring->va;
+	c->pb_addr = ring->vram_addr + VG_GPFIFO_BYTES;
+	c->pb_va = ring->va + VG_GPFIFO_BYTES;
 	c->sem_addr = sem->vram_addr;
 	c->sem_va = sem->va;
 	vg_vram_zero(d, c->sem_addr, VG_PAGE_SIZE);
@@ -969,9 +975,7 @@ void vg_ctx_destroy(struct vg_ctx *c)
 			bo_unmap(c, bo);
 		bo_release(c, bo);
 	}
-	if (c->inst_addr)
-		vg_vram_free(d, c->inst_addr, VG_INST_SIZE);
-	vg_vm_fini(&c->vm);
+	vg_vm_fini(&c->vm); /* the instance block with it */
 	vg_os_free(c->gp_pb_start);
 	vg_os_free(c->gp_seq);
 	vg_os_free(c);

@@ -41,7 +41,7 @@ int vg_runlist_update(struct vg_dev *d);
 int vg_pv_register(struct vg_dev *d);
 
 /* VA space of a context and mappings (vg_ctx.c) */
-int vg_vm_init(struct vg_vm *vm, struct vg_dev *d);
+int vg_vm_init(struct vg_vm *vm, struct vg_dev *d, u64 extra, u64 *extra_addr);
 void vg_vm_fini(struct vg_vm *vm);
 
 #endif /* VG_PRIV_H */
