@@ -112,8 +112,12 @@ static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base
 	if (ret)
 		return ret;
 	vg_lock(d);
+	/* flushed before the next doorbell (nothing can use the range before) — unless the map
+	 * itself flushed: then the path cleared it (PV ranges, where the flush rides on the call) */
+	c->vm.dirty = true;
 	ret = d->vm_ops->map(&c->vm, bo->va, pages, addrs, base, flags);
-	c->vm.dirty = true; /* flushed before the next doorbell: nothing can use the range before */
+	if (ret)
+		c->vm.dirty = true;
 	if (ret) {
 		d->vm_ops->unmap(&c->vm, bo->va, pages);
 		vm_flush_locked(&c->vm);

@@ -73,18 +73,24 @@ static int pv_map_range(struct vg_vm *vm, u64 va, u32 count, const u64 *addrs, u
 	u32 max = pv_range_max(d), n, i;
 	int ret;
 
+	/* The last call of a map carries FLUSH: the flush costs no call of its own, and the core
+	 * then has nothing left to flush at its next doorbell (vm->dirty, vg_ctx.c). */
 	if (!addrs) { /* contiguous (VRAM): one PTE describes the whole buffer */
 		put64(d, VG_PV_SLOT_ENTRIES, (base & VG_ENTRY_ADDR_MASK) | flags | VG_PTE_PRESENT);
-		return pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, count, VG_PV_RANGE_CONTIGUOUS);
+		ret = pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, count, VG_PV_RANGE_CONTIGUOUS | VG_PV_RANGE_FLUSH);
+		if (!ret)
+			vm->dirty = false;
+		return ret;
 	}
 	for (; count; count -= n, addrs += n, va += (u64)n * VG_PAGE_SIZE) {
 		n = count < max ? count : max;
 		for (i = 0; i < n; i++)
 			put64(d, VG_PV_SLOT_ENTRIES + 8 * i, (addrs[i] & VG_ENTRY_ADDR_MASK) | flags | VG_PTE_PRESENT);
-		ret = pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, n, 0);
+		ret = pv_range_call(vm, VG_PV_OP_MAP_RANGE, va, n, n == count ? VG_PV_RANGE_FLUSH : 0);
 		if (ret)
 			return ret;
 	}
+	vm->dirty = false;
 	return 0;
 }
 
