@@ -38,6 +38,31 @@ let soloMs = 0;
 const sock = (vm: string) => path.join(dir, `${vm}.sock`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** SIGKILL every process whose command line contains `needle`, until none is left (≤ 5 s). */
+function killNaming(needle: string): void {
+  for (let round = 0; round < 50; round++) {
+    let found = 0;
+    for (const pid of fs.readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+      if (Number(pid) === process.pid) continue;
+      let cmd = '';
+      try {
+        cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      } catch {
+        continue; // gone meanwhile
+      }
+      if (!cmd.includes(needle)) continue;
+      found++;
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        // gone meanwhile
+      }
+    }
+    if (found === 0) return;
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+  }
+}
+
 /** Every `vugpu serve` process of the test (the first, its standbys, successors, cold restarts)
  * writes into pipes read here: one ordered log of all server generations. */
 class ServerLog {
@@ -232,6 +257,9 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
       // keeper gone already
     }
     for (const p of log.procs) p.kill('SIGKILL');
+    // A standby promoted after one of those kills, its own standby and keeper are nobody's
+    // children here: end every process that names this test's state directory.
+    if (dir) killNaming(dir);
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
 
