@@ -118,10 +118,13 @@ INNER
     >"$dir/console.log" 2>&1 </dev/null &
   local outer=$! init="" i p mine
   mine=$(readlink /proc/self/ns/pid)
-  # The init: the descendant of $outer in another pid namespace (setsid and unshare exec, or fork).
+  # The init: the descendant of $outer that is PID 1 of another pid namespace (setsid and unshare
+  # exec, or fork). Not just any descendant in another namespace: init.sh's own short-lived
+  # commands (mount, cp) are there too, and one taken for the init is gone a moment later.
   for ((i = 0; i < 200; i++)); do
     for p in $(pgrep -P "$outer" 2>/dev/null) $(for q in $(pgrep -P "$outer" 2>/dev/null); do pgrep -P "$q"; done); do
-      if [[ $(readlink "/proc/$p/ns/pid" 2>/dev/null) != "$mine" ]]; then init=$p; break; fi
+      if [[ $(readlink "/proc/$p/ns/pid" 2>/dev/null) != "$mine" ]] &&
+        [[ $(awk '/^NSpid:/ {print $NF}' "/proc/$p/status" 2>/dev/null) == 1 ]]; then init=$p; break; fi
     done
     [[ -z $init ]] || break
     sleep 0.05
@@ -147,7 +150,7 @@ in_ct() {
 }
 
 stop() {
-  local dir=$1 pid cg i
+  local dir=$1 pid cg i pids
   [[ -d $dir ]] || return 0
   dir=$(realpath "$dir")
   if [[ -f $dir/init.pid ]]; then
@@ -161,6 +164,15 @@ stop() {
   fi
   if [[ -f $dir/cgroup ]]; then
     cg=$(cat "$dir/cgroup")
+    # Whatever is still in the container's cgroup goes too (a unit's leftovers, or an init this
+    # script misidentified), then the cgroup tree.
+    for ((i = 0; i < 50; i++)); do
+      [[ -d $cg ]] || break
+      pids=$(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
+      [[ -n $pids ]] || break
+      kill -9 $pids 2>/dev/null || true
+      sleep 0.1
+    done
     [[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   fi
   # Nothing of the container is mounted on the host; refuse to delete through a mount anyway.
