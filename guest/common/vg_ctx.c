@@ -116,8 +116,6 @@ static int bo_map(struct vg_ctx *c, struct vg_bo *bo, const u64 *addrs, u64 base
 	 * itself flushed: then the path cleared it (PV ranges, where the flush rides on the call) */
 	c->vm.dirty = true;
 	ret = d->vm_ops->map(&c->vm, bo->va, pages, addrs, base, flags);
-	if (ret)
-		c->vm.dirty = true;
 	if (ret) {
 		d->vm_ops->unmap(&c->vm, bo->va, pages);
 		vm_flush_locked(&c->vm);

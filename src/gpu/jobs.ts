@@ -1,6 +1,7 @@
 // The engine's side of the native job pool: one process-wide pool (started when the first
 // engine needs it, stopped when the last one closes), completions routed by job id, the
 // watchdog that cancels a job running longer than its limit, and completion polling.
+import { performance } from 'node:perf_hooks';
 import { native, type CopyJob, type DispatchJob, type JobCompletion, type KernelJob, type ProgramCompileJob } from '../native.ts';
 
 export interface JobResult {
@@ -33,14 +34,14 @@ let started = false;
 const pollWanted = new Map<object, number>();
 let pollUs = 0;
 let polling = false;
-let pollSince = 0n;
+let pollSince = 0; // performance.now() ms: no BigInt per launch
 const pollCounts = { started: 0, completed: 0, expired: 0 };
 
 function pollTick(): void {
   if (pending.size === 0) {
     polling = false;
     pollCounts.completed++;
-  } else if (pollUs === 0 || Number(process.hrtime.bigint() - pollSince) > pollUs * 1000) {
+  } else if (pollUs === 0 || (performance.now() - pollSince) * 1000 > pollUs) {
     polling = false;
     pollCounts.expired++;
   } else {
@@ -50,7 +51,7 @@ function pollTick(): void {
 
 function pollFromNow(): void {
   if (pollUs === 0) return;
-  pollSince = process.hrtime.bigint();
+  pollSince = performance.now();
   if (polling) return;
   polling = true;
   pollCounts.started++;

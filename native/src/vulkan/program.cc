@@ -856,7 +856,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   // pool thread; H200: ~45 of a staged 1024³ GEMM's ~500). What was recorded depends on the
   // program, grid, parameters, windows, the staging plan and the imports and device buffers
   // alone — all in the key, buffers by serial. A bounced window is copied per launch: never.
-  const bool fillEach = EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
+  const bool fillEach = staged && EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
   thread_local std::vector<uint64_t> key;  // pool threads live long: no allocation per launch
   key.clear();
   bool bounced = false;
@@ -879,7 +879,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     for (uint8_t o : in.overwrites) key.push_back(o);
     for (uint64_t b : in.panelRowBytes) key.push_back(b);
     for (uint32_t k : R.ks.kBound) key.push_back(k);
-    for (size_t i = 0; i < R.zeroed.size(); i++) key.push_back((R.zeroed[i] ? 1u : 0u) | (R.writable[i] ? 2u : 0u));
+    for (bool z : R.zeroed) key.push_back(z ? 1u : 0u);  // VUGPU_VK_UPLOAD_ALL changes them
     for (const Group& g : R.groups) {
       key.push_back(g.imp ? g.imp->serial : 0);
       key.push_back(g.dev.serial);
@@ -908,13 +908,16 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   bool submitted = false;
   uint64_t up = 0, down = 0, zeroed = 0, submitNs = 0;
   const uint64_t recordNs = NowNs();
+  // What a replayable recording is remembered by, once it was submitted.
+  auto remember = [&] {
+    lane->replayKey = key;
+    lane->replaySets[0] = sets[0];
+    lane->replaySets[1] = sets[1];
+    lane->replayBytes[0] = up, lane->replayBytes[1] = down, lane->replayBytes[2] = zeroed;
+  };
   if (replay) {
     GetImportStats().replays++;
-    if (oneCmd && staged && !R.groups.empty()) {
-      GetImportStats().uploadBytes += lane->replayBytes[0];
-      GetImportStats().downloadBytes += lane->replayBytes[1];
-      GetImportStats().zeroedBytes += lane->replayBytes[2];
-    }
+    up = lane->replayBytes[0], down = lane->replayBytes[1], zeroed = lane->replayBytes[2];
   } else if (oneCmd) {
     VkCommandBuffer cmd = lane->cmd;
     f.vkBeginCommandBuffer(cmd, &bi);
@@ -945,13 +948,13 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
         for (auto& x : reg) down += x.size;
       }
       CopyBarrierToHost(f, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
-      GetImportStats().uploadBytes += up;
-      GetImportStats().downloadBytes += down;
-      GetImportStats().zeroedBytes += zeroed;
     }
     if (f.vkEndCommandBuffer(cmd)) return -ENOMEM;
   }
   if (oneCmd) {
+    GetImportStats().uploadBytes += up;
+    GetImportStats().downloadBytes += down;
+    GetImportStats().zeroedBytes += zeroed;
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &lane->cmd;
@@ -963,12 +966,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     if (r == VK_ERROR_DEVICE_LOST) return R.abandoned = true, LostHere(c, "vkQueueSubmit");
     if (r != VK_SUCCESS) return -ENOMEM;
     submitted = true;
-    if (replayable && !replay) {
-      lane->replayKey = key;
-      lane->replaySets[0] = sets[0];
-      lane->replaySets[1] = sets[1];
-      lane->replayBytes[0] = up, lane->replayBytes[1] = down, lane->replayBytes[2] = zeroed;
-    }
+    if (replayable && !replay) remember();
   } else {
     // Panel p: upload its rows (all of the other bindings with panel 0) → compute its rows →
     // write them back. Three queues, ordered by two timeline semaphores; upload p+1 and
@@ -1062,7 +1060,6 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       }
       if (f.vkEndCommandBuffer(u) || f.vkEndCommandBuffer(d)) return -ENOMEM;
     }
-    if (replay) up = lane->replayBytes[0], down = lane->replayBytes[1], zeroed = lane->replayBytes[2];
     GetImportStats().uploadBytes += up;
     GetImportStats().downloadBytes += down;
     GetImportStats().zeroedBytes += zeroed;
@@ -1123,12 +1120,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       if (r == VK_ERROR_DEVICE_LOST || submitted) return LostHere(c, "vkQueueSubmit");
       return -ENOMEM;
     }
-    if (replayable && !replay) {
-      lane->replayKey = key;
-      lane->replaySets[0] = sets[0];
-      lane->replaySets[1] = sets[1];
-      lane->replayBytes[0] = up, lane->replayBytes[1] = down, lane->replayBytes[2] = zeroed;
-    }
+    if (replayable && !replay) remember();
   }
 
   const uint64_t submittedNs = NowNs();
