@@ -72,6 +72,13 @@ struct vg_vm_ops {
 	 */
 	int (*alloc_map)(struct vg_vm *vm, u64 va, u32 count, u64 align, u64 pte_flags, u64 *addr);
 	int (*unmap_free)(struct vg_vm *vm, u64 va, u32 count, u64 addr);
+	/*
+	 * Optional, one call each (PV 4): allocate vm->alloc_bytes of VRAM and make its start the
+	 * space's empty PD (vm->pd_addr); free the space with its PD allocation and every buffer
+	 * alloc_map made in it. -EOPNOTSUPP where the path cannot: the core then does it in steps.
+	 */
+	int (*space_new)(struct vg_vm *vm);
+	int (*space_free)(struct vg_vm *vm);
 	/* Release the page tables (the PD itself is freed by the core). */
 	void (*fini)(struct vg_vm *vm);
 	/* Unmap every buffer before the VM goes away (PV: the host owns the tables). */
@@ -123,6 +130,7 @@ struct vg_bo {
 	bool clear_pending;
 	u64 clear_seq;        /* submission that carried the clear (0: cleared at allocation) */
 	bool large;           /* mapped with 128 KiB pages (size and VRAM address 128 KiB aligned) */
+	bool space_owned;     /* allocated by alloc_map: freed with the space by space_free (PV 4) */
 };
 
 /* ---- context (address space + channel) ---- */

@@ -62,12 +62,17 @@ int vg_vm_init(struct vg_vm *vm, struct vg_dev *d, u64 extra, u64 *extra_addr)
 	if (ret)
 		return ret;
 	vg_lock(d);
-	ret = vg_vram_alloc_locked(d, vm->alloc_bytes, VG_PAGE_SIZE, &vm->pd_addr);
+	ret = d->vm_ops->space_new ? d->vm_ops->space_new(vm) : -EOPNOTSUPP;
 	if (!ret) {
-		ret = (d->vm_ops->set_pgd)(vm); /* parenthesised: set_pgd is also an x86 macro */
-		if (ret) {
-			vg_vram_free_locked(d, vm->pd_addr, vm->alloc_bytes);
-			vm->pd_addr = 0;
+		d->vram_used += vm->alloc_bytes;
+	} else if (ret == -EOPNOTSUPP) {
+		ret = vg_vram_alloc_locked(d, vm->alloc_bytes, VG_PAGE_SIZE, &vm->pd_addr);
+		if (!ret) {
+			ret = (d->vm_ops->set_pgd)(vm); /* parenthesised: set_pgd is also an x86 macro */
+			if (ret) {
+				vg_vram_free_locked(d, vm->pd_addr, vm->alloc_bytes);
+				vm->pd_addr = 0;
+			}
 		}
 	}
 	if (!ret) {
@@ -143,8 +148,10 @@ static int bo_alloc_map(struct vg_ctx *c, struct vg_bo *bo)
 		return ret;
 	vg_lock(d);
 	ret = d->vm_ops->alloc_map(&c->vm, bo->va, (u32)(bo->size / VG_PAGE_SIZE), VG_PAGE_SIZE, flags, &bo->vram_addr);
-	if (!ret)
+	if (!ret) {
 		d->vram_used += bo->size;
+		bo->space_owned = true;
+	}
 	vg_unlock(d);
 	if (ret) {
 		vg_ralloc_free(&c->vm.va, bo->va, bo->va_size);
@@ -939,6 +946,34 @@ fail:
 	return ret;
 }
 
+/*
+ * PV 4: free the context's address space in one call, with its PD allocation and the buffers
+ * alloc_map made in it (their memory accounted here); the caller then only releases the rest.
+ * The channel must be unbound. Non-zero where the path cannot: free buffer by buffer then.
+ */
+static int vm_space_free(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	struct vg_vm *vm = &c->vm;
+	struct vg_bo *bo;
+	int ret;
+
+	if (!d->vm_ops->space_free || !vm->pd_addr || c->bound)
+		return -EOPNOTSUPP;
+	vg_lock(d);
+	ret = d->vm_ops->space_free(vm);
+	if (!ret) {
+		for (bo = c->bos; bo; bo = bo->next)
+			if (bo->space_owned)
+				d->vram_used -= bo->size;
+		d->vram_used -= vm->alloc_bytes;
+		d->address_spaces--;
+		vm->pd_addr = 0; /* vg_vm_fini has no PD left to free */
+	}
+	vg_unlock(d);
+	return ret;
+}
+
 void vg_ctx_destroy(struct vg_ctx *c)
 {
 	struct vg_dev *d = c->dev;
@@ -967,6 +1002,18 @@ void vg_ctx_destroy(struct vg_ctx *c)
 	/* the channel can no longer run: give everything back */
 	c->clears = NULL;
 	c->nclears = 0;
+	if (vm_space_free(c) == 0) {
+		/* PV 4: one call freed the space, its PD and every buffer alloc_map made in it */
+		while ((bo = c->bos)) {
+			c->bos = bo->next;
+			if (bo->space_owned) {
+				c->vram_bytes -= bo->size;
+				vg_os_free(bo);
+			} else {
+				bo_release(c, bo);
+			}
+		}
+	}
 	while ((bo = c->bos)) {
 		c->bos = bo->next;
 		if (d->vm_ops->unmap_on_destroy && bo_unmap_free(c, bo) == 0) {

@@ -5,7 +5,8 @@
  * directory with SET_PGD, sends its mappings as {va, pte} entries — one per call (pv=1) or up to
  * 128 per call (pv=2, the "multicall") — flushes with FLUSH and allocates VRAM with MEM_ALLOC.
  * With PV 3 the batched mode allocates and maps a VRAM buffer in one call, and unmaps and frees
- * it in one.
+ * it in one; with PV 4 it makes a context's address space in one call and frees it, with every
+ * such buffer, in one.
  * Calls go through slot 0 of a shared area of coherent system memory; the core is serialised by
  * the platform, so one slot suffices.
  */
@@ -153,6 +154,38 @@ static int pv_unmap_free(struct vg_vm *vm, u64 va, u32 count, u64 addr)
 	return pv_range_call(vm, VG_PV_OP_UNMAP_RANGE, va, count, VG_PV_RANGE_FLUSH | VG_PV_RANGE_FREE);
 }
 
+/* PV 4: an address space in one call each way (batched mode). */
+static bool pv_spaces(struct vg_dev *d)
+{
+	return d->pv_mode == VG_PV_BATCH && d->pv_version >= VG_PV_VERSION_SPACE;
+}
+
+static int pv_space_new(struct vg_vm *vm)
+{
+	struct vg_dev *d = vm->dev;
+	int ret;
+
+	if (!pv_spaces(d))
+		return -EOPNOTSUPP;
+	ret = pv_call(d, VG_PV_OP_SPACE_NEW, vm->alloc_bytes, VG_PAGE_SIZE, 0);
+	if (!ret)
+		vm->pd_addr = get64(d, VG_PV_SLOT_RET0);
+	return ret;
+}
+
+static int pv_space_free(struct vg_vm *vm)
+{
+	struct vg_dev *d = vm->dev;
+	int ret;
+
+	if (!pv_spaces(d))
+		return -EOPNOTSUPP;
+	ret = pv_call(d, VG_PV_OP_SPACE_FREE, vm->pd_addr, 0, 0);
+	if (ret)
+		vg_warn(d, "PV SPACE_FREE 0x%llx: %d", (unsigned long long)vm->pd_addr, ret);
+	return ret;
+}
+
 static u32 pv_batch(struct vg_dev *d)
 {
 	return d->pv_mode == VG_PV_BATCH ? VG_PV_BATCH_MAX : 1;
@@ -252,6 +285,8 @@ const struct vg_vm_ops vg_vm_ops_pv = {
 	.flush = pv_flush,
 	.alloc_map = pv_alloc_map,
 	.unmap_free = pv_unmap_free,
+	.space_new = pv_space_new,
+	.space_free = pv_space_free,
 	.fini = pv_fini,
 	.unmap_on_destroy = true,
 };

@@ -153,6 +153,10 @@
 #define VG_PV_RANGE_ALLOC 0x4u /* MAP_RANGE + CONTIGUOUS: allocate the VRAM (align arg2), ret0 */
 #define VG_PV_RANGE_FREE 0x4u  /* UNMAP_RANGE: then MEM_FREE arg2 */
 #define VG_PV_VERSION_ALLOC 3
+/* PV_VERSION 4 (hw-spec 1.4): an address space in one call each way */
+#define VG_PV_OP_SPACE_NEW 9   /* arg0 size, arg1 align: MEM_ALLOC + SET_PGD of its start; ret0 */
+#define VG_PV_OP_SPACE_FREE 10 /* arg0 PD: its ALLOC'd buffers, the space, the PD's allocation */
+#define VG_PV_VERSION_SPACE 4
 
 /* §4.1 instance block (4 KiB, VRAM) */
 #define VG_INST_SIZE 4096

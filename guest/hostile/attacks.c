@@ -1231,6 +1231,15 @@ int attack_pv(struct ctx *x)
 			{ "range_pd_not_pv", VG_PV_OP_MAP_RANGE, 1, 0x900000, 0x2000, pte_vram(0), 0, -22, VG_PV_RANGE_CONTIGUOUS },
 			{ "unmap_range_past_va_space", VG_PV_OP_UNMAP_RANGE, 0x100000, 0x800000, (1ull << 40) - 4096, 0, 0, -22, 0 },
 			{ "unmap_range_count_huge", VG_PV_OP_UNMAP_RANGE, 0xffffffffu, 0x800000, 0, 0, 0, -22, 0 },
+			/* PV 4 */
+			{ "space_new_below_pd_size", VG_PV_OP_SPACE_NEW, 0, 4096, 4096, 0, 0, -22, 0 },
+			{ "space_new_bad_align", VG_PV_OP_SPACE_NEW, 0, 1u << 16, 3, 0, 0, -22, 0 },
+			{ "space_new_huge", VG_PV_OP_SPACE_NEW, 0, 1ull << 40, 4096, 0, 0, -12, 0 },
+			{ "space_free_not_pv", VG_PV_OP_SPACE_FREE, 0, 0x900000, 0, 0, 0, -22, 0 },
+			{ "space_free_misaligned", VG_PV_OP_SPACE_FREE, 0, 0x800008, 0, 0, 0, -22, 0 },
+			{ "space_free_ok", VG_PV_OP_SPACE_FREE, 0, 0x800000, 0, 0, 0, 0, 0 },
+			{ "map_after_space_free", VG_PV_OP_MAP_BATCH, 1, 0x800000, 0, 0x1000, pte_vram(0), -22, 0 },
+			{ "space_free_twice", VG_PV_OP_SPACE_FREE, 0, 0x800000, 0, 0, 0, -22, 0 },
 		};
 
 		for (unsigned int i = 0; i < sizeof(reg) / sizeof(reg[0]); i++) {

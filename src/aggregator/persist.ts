@@ -111,6 +111,8 @@ function checkSpace(raw: unknown, what: string): ShadowSpace {
   need(typeof sp.key === 'string' && isNum(sp.target) && isNum(sp.addr) && isNum(sp.pd) && isNum(sp.refs) &&
     typeof sp.dirty === 'boolean' && typeof sp.pv === 'boolean' && sp.tables !== null && typeof sp.tables === 'object', `${what}: malformed`);
   for (const t of Object.values(sp.tables)) need(t && typeof t.large === 'boolean' && isNum(t.addr), `${what}: a table is malformed`);
+  need(sp.allocs === undefined || (Array.isArray(sp.allocs) && sp.allocs.every(isNum)), `${what}: allocs`);
+  need(sp.freed === undefined || typeof sp.freed === 'boolean', `${what}: freed`);
   return plain(sp);
 }
 

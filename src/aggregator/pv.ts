@@ -4,7 +4,9 @@
 // multicall) go straight into host-owned shadow tables, each entry validated like a shadow PTE,
 // so nothing needs rescanning at flush time. PV 2 (hw-spec 1.2) adds whole ranges per call:
 // MAP_RANGE (one PTE for a contiguous range, or a PTE array running on through the following
-// slots) and UNMAP_RANGE, either with an optional flush.
+// slots) and UNMAP_RANGE, either with an optional flush. PV 4 (hw-spec 1.4) makes an address
+// space one call each way: SPACE_NEW allocates and declares a PD, SPACE_FREE frees it with every
+// buffer MAP_RANGE ALLOC made in it. Freeing a PD's memory ends its space (its host tables).
 import type { Logger } from '../log.ts';
 import { isPow2, type RangeAllocator } from './alloc.ts';
 import type { VgpuCounters } from './counters.ts';
@@ -12,7 +14,7 @@ import type { GuestMemory } from './guest-memory.ts';
 import type { ShadowMmu } from './shadow-mmu.ts';
 import type { ViewRow } from './regview.ts';
 import {
-  ENTRY_TARGET_SHIFT, PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
+  ENTRY_TARGET_SHIFT, PD_SIZE, PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
   PV_MAX_SLOTS, PV_OP, PV_RANGE, PV_RANGE_MAX, PV_SLOT, PV_SLOT_SIZE, PV_STATUS, PV_VERSION,
   PV_VERSION_VALUE, TARGET_VRAM,
 } from '../gpu/spec.ts';
@@ -23,6 +25,7 @@ const EINVAL = 22;
 const EFAULT = 14;
 const ENOMEM = 12;
 const ENOSYS = 38;
+const EBUSY = 16;
 
 export interface PvEnv {
   mmu: ShadowMmu;
@@ -88,11 +91,7 @@ export class PvPage {
         env.counters.vramInUseBytes = env.vramAlloc.inUse;
         return 0;
       },
-      [PV_OP.MEM_FREE]: (c) => {
-        if (!env.vramAlloc.free(c.arg0)) return -EINVAL;
-        env.counters.vramInUseBytes = env.vramAlloc.inUse;
-        return 0;
-      },
+      [PV_OP.MEM_FREE]: (c) => (this.freeVram(c.arg0) ? 0 : -EINVAL),
       [PV_OP.MAP_RANGE]: (c) => this.mapRange(c),
       [PV_OP.UNMAP_RANGE]: (c) => {
         const sp = env.mmu.pvSpace(c.arg0);
@@ -107,13 +106,57 @@ export class PvPage {
         env.counters.hypercallEntries += n;
         c.applied = n;
         if (c.flags & PV_RANGE.FLUSH) env.counters.tlbFlushes++;
-        if (free >= 0) {
-          env.vramAlloc.free(free);
-          env.counters.vramInUseBytes = env.vramAlloc.inUse;
+        if (free >= 0) this.freeVram(free);
+        return 0;
+      },
+      [PV_OP.SPACE_NEW]: (c) => {
+        // PV 4: MEM_ALLOC and SET_PGD of the PD at the allocation's start, all or nothing
+        const align = c.arg1;
+        if (!(c.arg0 >= PD_SIZE) || !(align >= 4096) || !isPow2(align)) return -EINVAL;
+        const a = env.vramAlloc.alloc(c.arg0, align);
+        if (a === null) return -ENOMEM;
+        const err = env.mmu.pvSetPgd(a);
+        if (err !== 0) {
+          env.vramAlloc.free(a);
+          return -err;
         }
+        env.counters.vramInUseBytes = env.vramAlloc.inUse;
+        setU64(c.dv, PV_SLOT.ret0, a);
+        return 0;
+      },
+      [PV_OP.SPACE_FREE]: (c) => {
+        // PV 4: the space's ALLOC'd buffers, the space, and the PD's allocation when arg0 is one
+        const sp = env.mmu.pvSpace(c.arg0);
+        if (!sp) return -EINVAL;
+        if (sp.refs > 0) return -EBUSY; // a channel still runs on it: unbind first
+        const allocs = sp.allocs ?? [];
+        sp.allocs = [];
+        for (const a of allocs) this.freeVram(a);
+        env.mmu.pvFreed(c.arg0, 1);
+        if (env.vramAlloc.sizeOf(c.arg0) > 0) this.freeVram(c.arg0);
+        setU64(c.dv, PV_SLOT.ret0, allocs.length);
         return 0;
       },
     };
+  }
+
+  /**
+   * Free a VRAM allocation (MEM_FREE, UNMAP_RANGE FREE, SPACE_FREE): the PV spaces whose PD lay
+   * in it end, and no space keeps it on its list of ALLOC'd buffers. False if addr is not an
+   * allocation.
+   */
+  private freeVram(addr: number): boolean {
+    const env = this.env;
+    const size = env.vramAlloc.sizeOf(addr);
+    if (size === 0) return false;
+    env.mmu.pvFreed(addr, size);
+    for (const sp of env.mmu.pvSpaces()) {
+      const i = sp.allocs ? sp.allocs.indexOf(addr) : -1;
+      if (i >= 0) sp.allocs!.splice(i, 1);
+    }
+    env.vramAlloc.free(addr);
+    env.counters.vramInUseBytes = env.vramAlloc.inUse;
+    return true;
   }
 
   /** The rows of BAR0 0xFE0000–0xFE001F. */
@@ -292,6 +335,7 @@ export class PvPage {
         applied = 0;
       } else {
         setU64(c.dv, PV_SLOT.ret0, base);
+        (sp.allocs ??= []).push(base);
         env.counters.vramInUseBytes = env.vramAlloc.inUse;
       }
     }

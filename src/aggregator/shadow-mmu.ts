@@ -26,6 +26,7 @@ const LARGE_PT_SIZE = LARGE_PT_ENTRIES * 8;
 const EINVAL = 22;
 const EFAULT = 14;
 const ENOMEM = 12;
+const EBUSY = 16;
 /**
  * Entries (one 4 KiB page of them) that the scans skip whole when guest and shadow are both all
  * zero, checked with a native memcmp. Nearly every entry is absent, and a per-entry loop over
@@ -86,6 +87,12 @@ export interface ShadowSpace {
   pv: boolean;
   /** Bound channels using it. */
   refs: number;
+  /** PV: VRAM allocations (guest view) that MAP_RANGE ALLOC made in this space and that are still
+   * allocated; SPACE_FREE frees them with the space. */
+  allocs?: number[];
+  /** PV: the memory of its PD was freed while channels still used it: no PV op reaches it any
+   * more, and it goes when the last of them unbinds. */
+  freed?: boolean;
 }
 
 export function spaceKey(target: number, addr: number): string {
@@ -136,10 +143,11 @@ export class ShadowMmu {
     return sp;
   }
 
-  /** A channel stopped using sp. Non-PV shadows without users are freed. */
+  /** A channel stopped using sp. Non-PV shadows without users are freed, and PV ones whose PD
+   * the guest has freed. */
   release(sp: ShadowSpace): void {
     sp.refs = Math.max(0, sp.refs - 1);
-    if (sp.refs === 0 && !sp.pv) this.drop(sp);
+    if (sp.refs === 0 && (!sp.pv || sp.freed)) this.drop(sp);
   }
 
   /**
@@ -270,6 +278,9 @@ export class ShadowMmu {
     const key = spaceKey(TARGET_VRAM, addr);
     const sp = this.spaces.get(key);
     if (sp) {
+      // The PD of a space the guest freed while a channel still runs on it: that channel must
+      // unbind first (its shadow cannot change under it).
+      if (sp.freed) return EBUSY;
       if (sp.pv) return 0;
       // Take over an existing shadow: start from an empty host-owned table set.
       for (const k of Object.keys(sp.tables)) this.dropTable(sp, Number(k));
@@ -288,7 +299,25 @@ export class ShadowMmu {
   /** The PV space for a PD address, or null. */
   pvSpace(addr: number): ShadowSpace | null {
     const sp = this.spaces.get(spaceKey(TARGET_VRAM, addr));
-    return sp && sp.pv ? sp : null;
+    return sp && sp.pv && !sp.freed ? sp : null;
+  }
+
+  /**
+   * The guest freed VRAM [addr, addr + size): every PV space whose PD lies there ends (the PD is
+   * the space's identity; without this a context's host tables outlived it until the VM reset).
+   * A space still in use by a bound channel is kept, unreachable by PV ops, until it unbinds.
+   */
+  pvFreed(addr: number, size: number): void {
+    for (const sp of [...this.spaces.values()]) {
+      if (!sp.pv || sp.freed || sp.target !== TARGET_VRAM || sp.addr < addr || sp.addr >= addr + size) continue;
+      if (sp.refs === 0) this.drop(sp);
+      else sp.freed = true;
+    }
+  }
+
+  /** The PV spaces (PD address order is not kept): for the allocation bookkeeping of pv.ts. */
+  pvSpaces(): IterableIterator<ShadowSpace> {
+    return this.spaces.values();
   }
 
   /**

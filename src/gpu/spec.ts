@@ -115,9 +115,12 @@ export const PV_SLOT_SIZE = 4096;
 export const PV_MAX_SLOTS = 64;
 export const PV_BATCH_MAX = 128;
 export const PV_SLOT = { op: 0x00, result: 0x04, count: 0x08, flags: 0x0c, arg0: 0x10, arg1: 0x18, ret0: 0x20, arg2: 0x28, entries: 0x40 } as const;
-export const PV_OP = { SET_PGD: 1, MAP_BATCH: 2, UNMAP_BATCH: 3, FLUSH: 4, MEM_ALLOC: 5, MEM_FREE: 6, MAP_RANGE: 7, UNMAP_RANGE: 8 } as const;
-/** PV_VERSION: 2 adds MAP_RANGE/UNMAP_RANGE (hw-spec 1.2); 3 their ALLOC/FREE flags (hw-spec 1.3). */
-export const PV_VERSION_VALUE = 3;
+export const PV_OP = {
+  SET_PGD: 1, MAP_BATCH: 2, UNMAP_BATCH: 3, FLUSH: 4, MEM_ALLOC: 5, MEM_FREE: 6, MAP_RANGE: 7, UNMAP_RANGE: 8, SPACE_NEW: 9, SPACE_FREE: 10,
+} as const;
+/** PV_VERSION: 2 adds MAP_RANGE/UNMAP_RANGE (hw-spec 1.2); 3 their ALLOC/FREE flags (hw-spec 1.3); 4 SPACE_NEW and
+ * SPACE_FREE (hw-spec 1.4). */
+export const PV_VERSION_VALUE = 4;
 /** Slot flags of the range ops; the most pages one range call may name. */
 export const PV_RANGE = { CONTIGUOUS: 1, FLUSH: 2, ALLOC: 4, FREE: 4 } as const;
 export const PV_RANGE_MAX = 1 << 20;

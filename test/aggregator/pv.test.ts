@@ -9,7 +9,7 @@ import { GpuError } from '../../src/gpu/host-driver/driver.ts';
 import { guest, host, PV_AREA_GPA, PvClient, type Guest } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';
 
-const EINVAL = -22, EFAULT = -14, ENOMEM = -12, ENOSYS = -38;
+const EINVAL = -22, EFAULT = -14, ENOMEM = -12, ENOSYS = -38, EBUSY = -16;
 const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
 
 let h: ReturnType<typeof host> | null = null;
@@ -41,7 +41,7 @@ describe('PV hypercall page', () => {
     h = host();
     const g = attach('pv-batch');
     expect(g.rd(S.PV_MAGIC)).toBe(S.PV_MAGIC_VALUE);
-    expect(g.rd(S.PV_VERSION)).toBe(3);
+    expect(g.rd(S.PV_VERSION)).toBe(4);
     const reg = (lo: number, hi: number, slots: number) => {
       g.wr(S.PV_AREA_LO, lo);
       g.wr(S.PV_AREA_HI, hi);
@@ -271,6 +271,95 @@ describe('PV hypercall page', () => {
     expect(pv.call(S.PV_OP.MEM_FREE, { arg0: a.ret0 }).result).toBe(EINVAL);
     const err = await g.ch.copy(dst.va, va, 16).then(() => null, (e: unknown) => e);
     expect((err as GpuError).fault?.reason).toBe(S.FAULT.PTE_NOT_PRESENT);
+  });
+
+  it('PV 4: an address space made in one call and freed in one with its buffers; freeing a PD ends its space', async () => {
+    h = host();
+    const g = attach('pv-batch');
+    const pv = g.pv!;
+    const c = g.vm.counters;
+    const mmu = g.vm.mmu;
+    const R = S.PV_RANGE;
+    expect(g.rd(S.PV_VERSION)).toBe(4);
+    // Keep the host allocator off the harness driver's own VRAM (placed from the slice's start).
+    const low = pv.call(S.PV_OP.MEM_ALLOC, { arg0: 16 << 20, arg1: 4096 });
+    expect(low).toMatchObject({ result: 0, ret0: 0 });
+    const inUse0 = c.vramInUseBytes, shadow0 = mmu.shadowBytes, spaces0 = mmu.spaces.size;
+    // SPACE_NEW: refused below a PD's size or with a bad alignment; else one call allocates the
+    // PD (and what follows it) and declares it.
+    expect(pv.call(S.PV_OP.SPACE_NEW, { arg0: S.PD_SIZE - 4096, arg1: 4096 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.SPACE_NEW, { arg0: S.PD_SIZE, arg1: 3000 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.SPACE_NEW, { arg0: 64 << 20, arg1: 4096 }).result).toBe(ENOMEM);
+    expect(c.vramInUseBytes).toBe(inUse0);
+    const sn = pv.call(S.PV_OP.SPACE_NEW, { arg0: S.PD_SIZE + 4096, arg1: 4096 });
+    expect(sn.result).toBe(0);
+    const pd = sn.ret0;
+    expect(pd).toBeGreaterThanOrEqual(16 << 20);
+    expect(c.vramInUseBytes).toBe(inUse0 + S.PD_SIZE + 4096);
+    expect(mmu.pvSpace(pd)).not.toBeNull();
+    // Two buffers allocated and mapped in it (PV 3), one mapped from plain MEM_ALLOC memory.
+    const va = 0x44_0000_0000;
+    const b1 = pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va, arg2: 4096, count: 4, flags: R.CONTIGUOUS | R.ALLOC | R.FLUSH, ptes: [pte(0)] });
+    const b2 = pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va + 0x10_0000, arg2: 4096, count: 2, flags: R.CONTIGUOUS | R.ALLOC, ptes: [pte(0)] });
+    expect([b1.result, b2.result]).toEqual([0, 0]);
+    const plainAlloc = pv.call(S.PV_OP.MEM_ALLOC, { arg0: 4096, arg1: 4096 });
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd, arg1: va + 0x20_0000, count: 1, flags: R.CONTIGUOUS, ptes: [pte(plainAlloc.ret0)] }).result).toBe(0);
+    // One of them freed the PV 3 way drops off the space's list: SPACE_FREE must not free it
+    // again (by then it may be somebody else's allocation).
+    expect(pv.call(S.PV_OP.UNMAP_RANGE, { arg0: pd, arg1: va + 0x10_0000, arg2: b2.ret0, count: 2, flags: R.FREE }).result).toBe(0);
+    const again = pv.call(S.PV_OP.MEM_ALLOC, { arg0: 2 * 4096, arg1: 4096 });
+    expect(again.ret0).toBe(b2.ret0); // the allocator hands the same range out again
+    expect(mmu.shadowBytes).toBeGreaterThan(shadow0);
+    // SPACE_FREE: not a PV space → EINVAL; then one call frees the space, its PD allocation and
+    // the buffer MAP_RANGE ALLOC made in it — not the MEM_ALLOC'd ones.
+    expect(pv.call(S.PV_OP.SPACE_FREE, { arg0: pd + 4096 }).result).toBe(EINVAL);
+    const sf = pv.call(S.PV_OP.SPACE_FREE, { arg0: pd });
+    expect(sf).toMatchObject({ result: 0, ret0: 1 });
+    expect(mmu.pvSpace(pd)).toBeNull();
+    expect(mmu.spaces.size).toBe(spaces0);
+    expect(mmu.shadowBytes).toBe(shadow0);
+    expect(c.vramInUseBytes).toBe(inUse0 + 4096 + 2 * 4096);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: b1.ret0 }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: pd }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: again.ret0 }).result).toBe(0);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: plainAlloc.ret0 }).result).toBe(0);
+    expect(c.vramInUseBytes).toBe(inUse0);
+    expect(pv.call(S.PV_OP.SPACE_FREE, { arg0: pd }).result).toBe(EINVAL);
+
+    // Freeing a PD's memory the PV 1–3 way (MEM_FREE) ends its space too: its host tables
+    // used to stay until the VM reset, one PD's worth per context.
+    const p2 = pv.call(S.PV_OP.MEM_ALLOC, { arg0: S.PD_SIZE, arg1: 4096 }).ret0;
+    expect(pv.call(S.PV_OP.SET_PGD, { arg0: p2 }).result).toBe(0);
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: p2, arg1: va, count: 1, flags: R.CONTIGUOUS, ptes: [pte(plainAlloc.ret0)] }).result).toBe(0);
+    expect(mmu.shadowBytes).toBeGreaterThan(shadow0);
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: p2 }).result).toBe(0);
+    expect(mmu.shadowBytes).toBe(shadow0);
+    expect(mmu.pvSpace(p2)).toBeNull();
+
+    // A space a bound channel runs on: SPACE_FREE is refused (EBUSY), nothing changes.
+    const pd0 = g.gvm.pd;
+    const page = g.vram(4096);
+    page.u32.fill(0x600df00d);
+    const dst = g.vram(4096);
+    expect(pv.call(S.PV_OP.SPACE_FREE, { arg0: pd0 }).result).toBe(EBUSY);
+    await g.ch.copy(dst.va, page.va, 4096);
+    expect(dst.u32.every((v) => v === 0x600df00d)).toBe(true);
+    // Its PD's memory freed under it (the harness driver's VRAM lies in `low`): the channel
+    // keeps its tables, no PV op reaches the space, and a new SET_PGD there waits for the
+    // channel to go; when it unbinds the tables are freed.
+    const shadowBound = mmu.shadowBytes;
+    expect(pv.call(S.PV_OP.MEM_FREE, { arg0: low.ret0 }).result).toBe(0);
+    expect(pv.call(S.PV_OP.MAP_RANGE, { arg0: pd0, arg1: va, count: 1, flags: R.CONTIGUOUS, ptes: [pte(page.addr)] }).result).toBe(EINVAL);
+    expect(pv.call(S.PV_OP.SET_PGD, { arg0: pd0 }).result).toBe(EBUSY);
+    dst.u32.fill(0);
+    await g.ch.copy(dst.va, page.va, 4096);
+    expect(dst.u32.every((v) => v === 0x600df00d)).toBe(true);
+    expect(mmu.shadowBytes).toBe(shadowBound);
+    // (the driver's own unmaps after the unbind now find no space: refused, as any PV op is)
+    expect(() => g.drv.destroyChannel(g.ch)).toThrow(/PV op 3 failed: -22/);
+    expect(mmu.shadowBytes).toBeLessThan(shadowBound);
+    expect(mmu.spaces.has(`vram:${pd0}`)).toBe(false);
+    expect(pv.call(S.PV_OP.SET_PGD, { arg0: pd0 }).result).toBe(0);
   });
 
   it('a contiguous VRAM range is written region by region with exactly the outcome of one pvMap per page', () => {
