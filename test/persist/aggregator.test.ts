@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
 import { Pushbuffer } from '../../src/gpu/host-driver/pushbuf.ts';
+import { pte } from '../../src/gpu/host-driver/pte.ts';
 import { CHAN_ERR_ENGINE_LOST, restoreEngine, resumeEngine, saveEngine, type EngineState } from '../../src/gpu/persist.ts';
 import {
   AGGREGATOR_STATE_VERSION, restoreAggregator, resumeAggregator, saveAggregator, type AggregatorState,
@@ -73,6 +74,12 @@ async function build(w: AggWorld) {
   await f.ch.copy(fb.c.va, s.va, 8192);
   const alloc = p.pv!.call(S.PV_OP.MEM_ALLOC, { arg0: 1 << 20, arg1: 4096 });
   expect(alloc.result).toBe(0);
+  // p: a PV 4 address space with a buffer MAP_RANGE ALLOC made in it (SPACE_FREE frees it after
+  // the restart: the space's list of such buffers is state).
+  const space = p.pv!.call(S.PV_OP.SPACE_NEW, { arg0: S.PD_SIZE, arg1: 4096 });
+  expect(space.result).toBe(0);
+  const R = S.PV_RANGE;
+  expect(p.pv!.call(S.PV_OP.MAP_RANGE, { arg0: space.ret0, arg1: 0x45_0000_0000, arg2: 4096, count: 4, flags: R.CONTIGUOUS | R.ALLOC, ptes: [pte(0)] }).result).toBe(0);
   // f: a mapping made after the last doorbell: its flush left the shadow dirty (lazy).
   const late = f.vram(4 * N * N);
   // f: a second channel parked on an acquire inside its segment (it stays open on the engine).
@@ -92,7 +99,7 @@ async function build(w: AggWorld) {
   await f3.idle();
   const dirty = f.drv.vramBuffer(gvm3, 4 * N * N);
   await new Promise((res) => setTimeout(res, 5));
-  return { f, p, fb, pb, s, alloc, late, f2, gate, mark, gated, held, f3, dirty, fence: Promise.resolve() };
+  return { f, p, fb, pb, s, alloc, space, late, f2, gate, mark, gated, held, f3, dirty, fence: Promise.resolve() };
 }
 
 /** The last step, synchronous with the save that follows: a fence on f runs and completes
@@ -118,9 +125,11 @@ async function act(w: AggWorld, x: Built) {
   src.u8.set(x.fb.a.u8);
   await x.f3.launch(K.MADD, [{ va: src.va, length: 4 * N * N }, { va: src.va, length: 4 * N * N }, { va: x.dirty.va, length: 4 * N * N }], params(['u32', N]));
   const free = x.p.pv!.call(S.PV_OP.MEM_FREE, { arg0: x.alloc.ret0 });
+  const spaceFree = x.p.pv!.call(S.PV_OP.SPACE_FREE, { arg0: x.space.ret0 });
+  expect(spaceFree).toMatchObject({ result: 0, ret0: 1 });
   return {
     late: b64(x.late.u8), dirty: b64(x.dirty.u8), pbb: b64(x.pb.b.u8), m: b64(m.u8), n: b64(n.u8), fc: b64(x.fb.c.u8),
-    mark: x.mark.u32[0], free: free.result, alloc: x.alloc.ret0,
+    mark: x.mark.u32[0], free: free.result, alloc: x.alloc.ret0, spaceFree: [spaceFree.result, spaceFree.ret0],
     errs: [x.f, x.p].map((g) => g.rd(S.PFIFO_CHAN_ERR + 8 * g.ch.chid)),
     faults: [x.f, x.p].map((g) => g.vm.counters.faults),
     vramInUse: x.p.vm.counters.vramInUseBytes,
