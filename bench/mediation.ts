@@ -24,7 +24,9 @@ import { parseArgs } from 'node:util';
 import { Vugpu, type VmMode } from '../src/server.ts';
 import { buildNativeTwin, runNativeTwin } from '../src/demo/native-twin.ts';
 import { BENCHMARKS, STAGES, type Stage } from '../src/demo/records.ts';
-import { mdTable, median, quantile, repoRoot, replaceSection, textTable, writeResult, type Cell } from './lib/common.ts';
+import {
+  geomean, mdTable, median, prefault, quantile, repoRoot, replaceSection, spread, textTable, writeResult, type Cell, type Spread,
+} from './lib/common.ts';
 
 // fv-naive is not among them: it traps BAR1, and the twin's vfio-user client maps BAR1.
 const MODES: { mode: VmMode; pv: string }[] = [
@@ -49,8 +51,6 @@ interface Run {
   mmio: number;
   pvCalls: number;
 }
-
-interface Spread { median: number; min: number; max: number; rounds: number }
 
 interface Cellstat {
   bench: string;
@@ -81,10 +81,6 @@ interface Result {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function prefault(u8: Uint8Array): void {
-  for (let i = 0; i < u8.length; i += 4096) u8[i] = u8[i]!;
-}
 
 async function runMode(binary: string, dir: string, size: string, round: number, m: { mode: VmMode; pv: string },
                        benches: string[], repeat: number, problems: string[]): Promise<Run[]> {
@@ -135,10 +131,10 @@ function stats(runs: Run[], size: string, benches: string[], modes: VmMode[]): C
         const a = of(bench, mode, k);
         const b = of(bench, 'pt', k);
         return a.length && b.length ? median(a.map((r) => r.totalUs)) / median(b.map((r) => r.totalUs)) : NaN;
-      }).filter(Number.isFinite);
+      });
       out.push({
         bench, mode, runs: all.length, totalMs: median(totals), q25Ms: quantile(totals, 0.25), q75Ms: quantile(totals, 0.75), stagesMs,
-        vsPt: ratios.length ? { median: median(ratios), min: Math.min(...ratios), max: Math.max(...ratios), rounds: ratios.length } : null,
+        vsPt: spread(ratios),
         mmio: median(all.map((r) => r.mmio)), pvCalls: median(all.map((r) => r.pvCalls)),
       });
     }
@@ -146,7 +142,6 @@ function stats(runs: Run[], size: string, benches: string[], modes: VmMode[]): C
   return out;
 }
 
-const geomean = (xs: number[]) => (xs.length ? Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / xs.length) : NaN);
 const x2 = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? '—' : `${v.toFixed(3)}×`);
 const sp = (s: Spread | null | undefined) => (s ? `${x2(s.median)} (${s.min.toFixed(2)}–${s.max.toFixed(2)})` : '—');
 const ms = (v: number) => (!Number.isFinite(v) ? '—' : v < 10 ? v.toFixed(2) : v.toFixed(1));
@@ -222,10 +217,9 @@ function svg(r: Result): string {
         const c = cells.find((x) => x.bench === b && x.mode === m);
         if (!c) return;
         const x0 = left + bi * gw + gw * 0.1 + mi * bw;
-        const yv = y(c.vsPt!.median), yb = y(Math.max(lo, Math.min(1, c.vsPt!.median)));
+        const yv = y(c.vsPt!.median);
         const base = y(1);
         parts.push(`<rect x="${x0.toFixed(1)}" y="${Math.min(yv, base).toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${Math.max(1, Math.abs(base - yv)).toFixed(1)}" fill="${COLORS[m]}"><title>${b} ${m}: ${c.vsPt!.median.toFixed(3)}× pt</title></rect>`);
-        void yb;
         const cx = x0 + bw * 0.45;
         parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(c.vsPt!.min).toFixed(1)}" y2="${y(c.vsPt!.max).toFixed(1)}" stroke="#000"/>`);
       });

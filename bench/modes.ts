@@ -36,7 +36,8 @@ import { buildNativeTwin, runNativeTwin } from '../src/demo/native-twin.ts';
 import { BENCHMARKS, STAGES, toBenchRecord, type Stage } from '../src/demo/records.ts';
 import { cpuInterval } from './lib/cpu.ts';
 import {
-  environment, mdTable, median, quantile, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell, type Environment,
+  environment, geomean, mdTable, median, prefault, quantile, repoRoot, replaceSection, resultsDir, spread, textTable, writeResult,
+  type Cell, type Environment, type Spread,
 } from './lib/common.ts';
 
 type Side = VmMode | 'native';
@@ -107,11 +108,6 @@ interface SideRun {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Fault in every page of a mapping by rewriting one byte of it (contents unchanged). */
-function prefault(u8: Uint8Array): void {
-  for (let i = 0; i < u8.length; i += 4096) u8[i] = u8[i]!;
-}
 
 function record(size: string, round: number, side: Side, data: Record<string, unknown>, problems: string[]): Run | null {
   const b = toBenchRecord(data);
@@ -218,8 +214,6 @@ async function runNative(binary: string, dir: string, size: string, round: numbe
 
 // ---- statistics ----
 
-interface Spread { median: number; min: number; max: number; rounds: number }
-
 interface Cellstat {
   bench: string;
   side: Side;
@@ -244,12 +238,6 @@ interface Cellstat {
 
 /** Below this a stage is empty (no ratio). */
 const EMPTY_US = 1;
-
-function spread(xs: number[]): Spread | null {
-  const v = xs.filter((x) => Number.isFinite(x));
-  if (v.length === 0) return null;
-  return { median: median(v), min: Math.min(...v), max: Math.max(...v), rounds: v.length };
-}
 
 function stats(runs: Run[], size: string, benches: string[], sides: Side[]): Cellstat[] {
   const rs = runs.filter((r) => r.size === size && r.ok);
@@ -289,8 +277,6 @@ function stats(runs: Run[], size: string, benches: string[], sides: Side[]): Cel
 
 /** Total without the CPU stages over host buffers (DataInit, DataRead). */
 const devicePathUs = (r: Run) => r.totalUs - r.stagesUs.DataInit - r.stagesUs.DataRead;
-
-const geomean = (xs: number[]) => (xs.length ? Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / xs.length) : NaN);
 
 // ---- plot (GPUvm Fig. 4: time relative to native, log scale) ----
 

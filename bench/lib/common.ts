@@ -59,6 +59,24 @@ export function median(values: readonly number[]): number {
   return quantile(values, 0.5);
 }
 
+/** Per-round ratios summarised: their median and min–max, and how many rounds had one. */
+export interface Spread { median: number; min: number; max: number; rounds: number }
+
+/** The Spread of the finite values of xs, or null if there are none. */
+export function spread(xs: readonly number[]): Spread | null {
+  const v = xs.filter((x) => Number.isFinite(x));
+  if (v.length === 0) return null;
+  return { median: median(v), min: Math.min(...v), max: Math.max(...v), rounds: v.length };
+}
+
+export const geomean = (xs: readonly number[]): number =>
+  (xs.length ? Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / xs.length) : NaN);
+
+/** Fault in every page of a mapping by rewriting one byte of it (contents unchanged). */
+export function prefault(u8: Uint8Array): void {
+  for (let i = 0; i < u8.length; i += 4096) u8[i] = u8[i]!;
+}
+
 export type Cell = string | number | null | undefined;
 
 function cellText(c: Cell): string {

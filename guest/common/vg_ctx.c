@@ -979,6 +979,7 @@ void vg_ctx_destroy(struct vg_ctx *c)
 	struct vg_dev *d = c->dev;
 	vg_irqflags_t fl;
 	struct vg_bo *bo;
+	bool space_gone, unmap;
 
 	if (c->chid >= 0) {
 		u32 chid = (u32)c->chid;
@@ -1002,25 +1003,22 @@ void vg_ctx_destroy(struct vg_ctx *c)
 	/* the channel can no longer run: give everything back */
 	c->clears = NULL;
 	c->nclears = 0;
-	if (vm_space_free(c) == 0) {
-		/* PV 4: one call freed the space, its PD and every buffer alloc_map made in it */
-		while ((bo = c->bos)) {
-			c->bos = bo->next;
-			if (bo->space_owned) {
-				c->vram_bytes -= bo->size;
-				vg_os_free(bo);
-			} else {
-				bo_release(c, bo);
-			}
-		}
-	}
+	/* PV 4: one call freed the space, its PD and every buffer alloc_map made in it; what is
+	 * left is released without unmapping (the mappings went with the space) */
+	space_gone = vm_space_free(c) == 0;
+	unmap = d->vm_ops->unmap_on_destroy && !space_gone;
 	while ((bo = c->bos)) {
 		c->bos = bo->next;
-		if (d->vm_ops->unmap_on_destroy && bo_unmap_free(c, bo) == 0) {
+		if (space_gone && bo->space_owned) {
+			c->vram_bytes -= bo->size;
 			vg_os_free(bo);
 			continue;
 		}
-		if (d->vm_ops->unmap_on_destroy)
+		if (unmap && bo_unmap_free(c, bo) == 0) {
+			vg_os_free(bo);
+			continue;
+		}
+		if (unmap)
 			bo_unmap(c, bo);
 		bo_release(c, bo);
 	}

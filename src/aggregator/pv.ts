@@ -132,8 +132,8 @@ export class PvPage {
         const allocs = sp.allocs ?? [];
         sp.allocs = [];
         for (const a of allocs) this.freeVram(a);
-        env.mmu.pvFreed(c.arg0, 1);
-        if (env.vramAlloc.sizeOf(c.arg0) > 0) this.freeVram(c.arg0);
+        // freeing the PD's allocation ends the space with it; a PD placed otherwise ends alone
+        if (!this.freeVram(c.arg0)) env.mmu.pvFreed(c.arg0, 1);
         setU64(c.dv, PV_SLOT.ret0, allocs.length);
         return 0;
       },
@@ -150,7 +150,7 @@ export class PvPage {
     const size = env.vramAlloc.sizeOf(addr);
     if (size === 0) return false;
     env.mmu.pvFreed(addr, size);
-    for (const sp of env.mmu.pvSpaces()) {
+    for (const sp of env.mmu.spaces.values()) {
       const i = sp.allocs ? sp.allocs.indexOf(addr) : -1;
       if (i >= 0) sp.allocs!.splice(i, 1);
     }

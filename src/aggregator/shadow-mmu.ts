@@ -315,10 +315,6 @@ export class ShadowMmu {
     }
   }
 
-  /** The PV spaces (PD address order is not kept): for the allocation bookkeeping of pv.ts. */
-  pvSpaces(): IterableIterator<ShadowSpace> {
-    return this.spaces.values();
-  }
 
   /**
    * MAP one 4 KiB page in a PV space, validated like a shadow PTE. Returns 0 or an errno:
