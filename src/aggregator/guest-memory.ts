@@ -39,6 +39,9 @@ export class GuestRanges {
   private readonly ends: number[] = [];
   private readonly writable: boolean[] = [];
 
+  /** The ranges as text: two snapshots with the same signature validate every page alike. */
+  readonly signature: string;
+
   constructor(maps: DmaMappingInfo[]) {
     const sorted = maps.filter((m) => m.hasFd && m.readable).sort((a, b) => a.addr - b.addr);
     for (const m of sorted) {
@@ -52,6 +55,9 @@ export class GuestRanges {
         this.writable.push(m.writable);
       }
     }
+    let sig = '';
+    for (let i = 0; i < this.starts.length; i++) sig += `${this.starts[i]}-${this.ends[i]}${this.writable[i] ? 'w' : 'r'},`;
+    this.signature = sig;
   }
 
   /** 0: [gpa, gpa+len) not (entirely) mapped; 1: mapped read-only; 2: mapped writable. */

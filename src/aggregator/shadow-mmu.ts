@@ -65,6 +65,13 @@ export interface ShadowEnv {
   rebuilt?: (ptesWritten: number, pd: number) => void;
 }
 
+/** A block of guest entries as copied at the rescan that last built its shadow (ShadowMmu.seen). */
+interface BlockCopy {
+  bytes: Buffer;
+  words: Uint32Array;
+}
+const BLOCK_BYTES = SCAN_BLOCK * 8;
+
 export interface ShadowTable {
   large: boolean;
   /** Engine VRAM address of the shadow table. */
@@ -117,6 +124,19 @@ export class ShadowMmu {
    * non-PV spaces only: PV writes do not maintain it, and PV spaces are never rescanned.
    */
   private readonly live = new Map<number, Uint16Array>();
+  /**
+   * What each shadow table (by engine address) was last built from: per SCAN_BLOCK holding
+   * entries, a copy of the guest's block. A shadow entry is a function of its guest entry, the
+   * VM's DMA ranges and its slice only, so a block whose guest bytes still equal the copy is up
+   * to date and a rescan skips it with a memcmp (a 12 MiB pinned buffer is 3072 entries that
+   * every later flush rescanned). The shadow is made from the copy, never from the guest's live
+   * bytes, so a guest writing its table during the scan cannot leave shadow and copy apart.
+   * Blocks absent in guest and shadow need no copy (the zero-block test skips them). Derived
+   * state like `live`: dropped with its table, at a restore, and all of it when the ranges or
+   * the slice change (seenKey).
+   */
+  private readonly seen = new Map<number, (BlockCopy | undefined)[]>();
+  private seenKey = '';
   private ptScratch: Uint8Array | null = null;
   private warnedNoMem = false;
 
@@ -174,6 +194,7 @@ export class ShadowMmu {
     for (const sp of spaces) this.spaces.set(sp.key, sp);
     this.shadowBytes = shadowBytes;
     this.live.clear();
+    this.seen.clear();
   }
 
   /** Forget every shadow (VM reset or exit). */
@@ -191,6 +212,11 @@ export class ShadowMmu {
     sp.dirty = false;
     const mem = env.guest();
     const ranges = mem ? new GuestRanges(mem.describe()) : NO_RANGES;
+    const key = `${env.slice.base}+${env.slice.size}:${ranges.signature}`;
+    if (key !== this.seenKey) {
+      this.seen.clear();
+      this.seenKey = key;
+    }
     this.pdScratch ??= new Uint8Array(PD_SIZE);
     const gpd = this.readGuest(sp.target, sp.addr, PD_SIZE, ranges, this.pdScratch);
     const spd = this.entries(sp.pd, PD_ENTRIES);
@@ -235,16 +261,75 @@ export class ShadowMmu {
     const n = t.large ? LARGE_PT_ENTRIES : SMALL_PT_ENTRIES;
     const spt = this.entries(t.addr, n);
     const live = this.liveCounts(t.addr, n);
+    let seen = this.seen.get(t.addr);
+    if (!seen) this.seen.set(t.addr, (seen = []));
     const gBytes = bytesOf(gpt);
-    for (let block = 0; block < n; block += SCAN_BLOCK) {
-      if (live[block / SCAN_BLOCK] === 0 && zeroBlock(gBytes, block)) continue;
-      for (let i = block; i < block + SCAN_BLOCK; i++) {
-        const lo = gpt[2 * i]!;
-        // Fast path: absent in both.
-        if ((lo & PTE_PRESENT) === 0 && spt[2 * i] === 0 && spt[2 * i + 1] === 0) continue;
-        this.put(spt, i, this.shadowPte(lo, gpt[2 * i + 1]!, t.large, ranges), live);
+    const page = t.large ? LARGE_PAGE : SMALL_PAGE;
+    for (let block = 0, b = 0; block < n; block += SCAN_BLOCK, b++) {
+      const off = block * 8;
+      if (live[b] === 0 && zeroBlock(gBytes, block)) {
+        seen[b] = undefined; // absent in both: no copy needed (a kept one would still be right)
+        continue;
+      }
+      let copy = seen[b];
+      if (copy && gBytes.compare(copy.bytes, 0, BLOCK_BYTES, off, off + BLOCK_BYTES) === 0) continue;
+      if (!copy) {
+        const bytes = Buffer.allocUnsafeSlow(BLOCK_BYTES);
+        seen[b] = copy = { bytes, words: new Uint32Array(bytes.buffer, bytes.byteOffset, SCAN_BLOCK * 2) };
+      }
+      gBytes.copy(copy.bytes, 0, off, off + BLOCK_BYTES);
+      const w = copy.words;
+      for (let j = 0; j < SCAN_BLOCK; j++) {
+        const i = block + j;
+        const lo = w[2 * j]!;
+        if ((lo & PTE_PRESENT) === 0) {
+          if (spt[2 * i] !== 0 || spt[2 * i + 1] !== 0) this.put(spt, i, 0, live); // absent in both: nothing
+          continue;
+        }
+        // A run: the entries that continue this one (same high word and flags, next frame: a
+        // low word of lo + k·page, which no carry out of bit 31 can match) are validated as one
+        // range where the whole of it is the VM's, writable where it is sysmem.
+        const hi = w[2 * j + 1]!;
+        let more = 0;
+        while (j + more + 1 < SCAN_BLOCK && w[2 * (j + more + 1)] === lo + (more + 1) * page && w[2 * (j + more + 1) + 1] === hi) more++;
+        const v = this.shadowPte(lo, hi, t.large, ranges);
+        if (more > 0 && v !== 0 && this.runValid(lo, hi, (more + 1) * page, ranges)) {
+          this.putRun(spt, i, more + 1, v, page, live);
+          j += more;
+        } else {
+          this.put(spt, i, v, live);
+        }
       }
     }
+  }
+
+  /** Entries i … i + n − 1 = v, v + step, … (put, for a run). */
+  private putRun(view: Uint32Array, i: number, n: number, v: number, step: number, live: Uint16Array): void {
+    let lo = v % TWO32;
+    let hi = (v - lo) / TWO32;
+    let written = 0;
+    for (let k = 0; k < n; k++, lo += step) {
+      if (lo >= TWO32) {
+        lo -= TWO32;
+        hi++;
+      }
+      const e = 2 * (i + k);
+      if (view[e] === lo && view[e + 1] === hi) continue;
+      if (view[e] === 0 && view[e + 1] === 0) live[((i + k) / SCAN_BLOCK) | 0]!++;
+      view[e] = lo;
+      view[e + 1] = hi;
+      written++;
+    }
+    this.env.counters.shadowPtesWritten += written;
+  }
+
+  /** Every page of [addr(lo, hi), + bytes) shadows as the first one does, shifted: inside the
+   * slice (VRAM), or in one writable stretch of the VM's DMA ranges (sysmem). */
+  private runValid(lo: number, hi: number, bytes: number, ranges: GuestRanges): boolean {
+    const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
+    const addr = ((lo & 0xfffff000) >>> 0) + hi * TWO32;
+    if (target === TARGET_VRAM) return addr + bytes <= this.env.slice.size;
+    return ranges.access(addr, bytes) === 2;
   }
 
   /**
@@ -475,6 +560,7 @@ export class ShadowMmu {
     this.shadowBytes -= this.env.host.sizeOf(addr);
     this.env.host.free(addr);
     this.live.delete(addr);
+    this.seen.delete(addr);
   }
 
   /** The live-entry counts of the table (or PD) at addr, counted from it when missing. */
