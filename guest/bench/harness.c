@@ -5,6 +5,7 @@
  *   vugpu-bench <name>|all [--size N] [--iters N] [--mb N] [--ms N] [--launches N] [--seed N] [--large]
  *               [--programs DIR]   the kernels as SPIR-V programs (DIR/<kernel>.spv, e.g.
  *                                  /programs/builtins) instead of built-ins by KERNEL_ID
+ *               [--repeat N]       N runs of each benchmark in this process (one context each)
  *   vugpu-bench list
  *   vugpu-bench fault        MMU fault check: the error reaches the process, with details
  *   vugpu-bench info         driver counters (kmod: without creating a context)
@@ -376,7 +377,7 @@ static int usage(void)
 	size_t i;
 
 	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|recover|info|init [--size N] [--iters N] [--mb N] [--ms N] "
-			"[--launches N] [--seed N] [--large] [--programs DIR]\nbenchmarks:");
+			"[--launches N] [--seed N] [--large] [--programs DIR] [--repeat N]\nbenchmarks:");
 	for (i = 0; i < NBENCH; i++)
 		fprintf(stderr, " %s", benches[i]->name);
 	fprintf(stderr, "\n");
@@ -389,6 +390,7 @@ int main(int argc, char **argv)
 	const char *name;
 	size_t i;
 	int a, rc = 0, found = 0;
+	unsigned int repeat = 1, k;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2)
@@ -419,6 +421,8 @@ int main(int argc, char **argv)
 			dst = &o.launches;
 		else if (!strcmp(argv[a], "--seed"))
 			dst = &o.seed;
+		else if (!strcmp(argv[a], "--repeat")) /* runs of each benchmark in this process (one client, as a guest's runs are) */
+			dst = &repeat;
 		if (!dst || a + 1 >= argc)
 			return usage();
 		*dst = (unsigned int)strtoul(argv[++a], NULL, 0);
@@ -440,7 +444,8 @@ int main(int argc, char **argv)
 		if (strcmp(name, "all") && strcmp(name, benches[i]->name))
 			continue;
 		found = 1;
-		rc |= run_one(benches[i], &o);
+		for (k = 0; k < (repeat ? repeat : 1); k++)
+			rc |= run_one(benches[i], &o);
 	}
 	return found ? rc : usage();
 }
