@@ -340,6 +340,54 @@ function svg(result: Result): string {
   return `${parts.join('\n')}\n`;
 }
 
+/** Without the native side (--no-native): time relative to pt, linear, the 1.05× goal dashed. */
+function svgVsPt(result: Result): string {
+  const W = 980, ph = 240, top = 50, left = 60, right = 20, gapY = 60, goal = 1.05;
+  const pw = W - left - right;
+  const modes: Side[] = result.sides.filter((s) => s !== 'native' && s !== 'pt');
+  const H = top + result.sizes.length * (ph + gapY) + 10;
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
+    `<rect width="${W}" height="${H}" fill="#fff"/>`,
+    `<text x="10" y="18" font-size="13" font-weight="bold">Execution time relative to pt per benchmark and mode, ${result.environment.accel.toUpperCase()} guests</text>`,
+    `<text x="10" y="36" fill="#555">${modes.map((s) => `<tspan fill="${COLORS[s]}" font-weight="bold">■ ${s}</tspan>`).join('  ')}   bar = median of the per-round ratios, whisker = min–max; ● = ratio of the 10th percentiles of all runs; dashed = ${goal}×</text>`,
+  ];
+  result.sizes.forEach((set, si) => {
+    const y0 = top + si * (ph + gapY) + 16;
+    const cells = set.stats.filter((c) => modes.includes(c.side) && c.vsPt);
+    const vals = cells.flatMap((c) => [c.vsPt!.min, c.vsPt!.max, c.vsPtLow?.ratio ?? 1]);
+    const lo = Math.min(0.7, Math.floor(Math.min(...vals) * 10) / 10);
+    const hi = Math.max(1.3, Math.ceil(Math.max(...vals) * 10) / 10);
+    const y = (v: number) => y0 + ph - ((v - lo) / (hi - lo)) * ph;
+    parts.push(`<text x="${left}" y="${y0 - 6}" font-weight="bold">${SIZES[set.size]?.label ?? set.size}: ${set.rounds} round(s), ${set.wallS} s</text>`);
+    parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
+    const step = hi - lo > 1.5 ? 0.5 : 0.1;
+    for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) {
+      parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="${Math.abs(v - 1) < 1e-9 ? '#888' : '#eee'}"/>`);
+      parts.push(`<text x="${left - 5}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(1)}×</text>`);
+    }
+    parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(goal).toFixed(1)}" y2="${y(goal).toFixed(1)}" stroke="#c00" stroke-dasharray="5,4"/>`);
+    const gw = pw / set.benches.length;
+    const bw = (gw * 0.8) / modes.length;
+    set.benches.forEach((b, bi) => {
+      parts.push(`<text x="${(left + bi * gw + gw / 2).toFixed(1)}" y="${y0 + ph + 14}" text-anchor="middle">${b}</text>`);
+      modes.forEach((m, mi) => {
+        const c = cells.find((x) => x.bench === b && x.side === m);
+        if (!c) return;
+        const x0 = left + bi * gw + gw * 0.1 + mi * bw;
+        const yv = y(c.vsPt!.median);
+        const base = y(1);
+        parts.push(`<rect x="${x0.toFixed(1)}" y="${Math.min(yv, base).toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${Math.max(1, Math.abs(base - yv)).toFixed(1)}" fill="${COLORS[m]}"><title>${b} ${m}: ${c.vsPt!.median.toFixed(3)}× pt</title></rect>`);
+        const cx = x0 + bw * 0.45;
+        parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(c.vsPt!.min).toFixed(1)}" y2="${y(c.vsPt!.max).toFixed(1)}" stroke="#000"/>`);
+        if (c.vsPtLow) parts.push(`<circle cx="${cx.toFixed(1)}" cy="${y(c.vsPtLow.ratio).toFixed(1)}" r="2.5" fill="#000"><title>${b} ${m}: ${c.vsPtLow.ratio.toFixed(3)}× pt (10th percentiles)</title></circle>`);
+      });
+    });
+  });
+  parts.push('</svg>');
+  return `${parts.join('\n')}\n`;
+}
+
 // ---- tables ----
 
 const x2 = (v: number | undefined | null) => (v === undefined || v === null || !Number.isFinite(v) ? '—' : v < 10 ? `${v.toFixed(2)}×` : `${v.toFixed(1)}×`);
@@ -586,7 +634,7 @@ async function main(): Promise<void> {
 function report(result: Result, out: string): void {
   // Statistics from the raw runs (so --replot picks up changes to them).
   for (const set of result.sizes) set.stats = stats(result.runs, set.size, set.benches, result.sides);
-  writeResult(`${out}.svg`, svg(result));
+  writeResult(`${out}.svg`, result.sides.includes('native') ? svg(result) : svgVsPt(result));
   if (out === 'modes') replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'modes', markdown(result));
   const lines = [`vugpu time per mode — ${result.environment.accel.toUpperCase()}, ${result.wallS} s`];
   for (const set of result.sizes) {

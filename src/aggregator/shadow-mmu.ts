@@ -131,7 +131,8 @@ export class ShadowMmu {
    * to date and a rescan skips it with a memcmp (a 12 MiB pinned buffer is 3072 entries that
    * every later flush rescanned). The shadow is made from the copy, never from the guest's live
    * bytes, so a guest writing its table during the scan cannot leave shadow and copy apart.
-   * Blocks absent in guest and shadow need no copy (the zero-block test skips them). Derived
+   * Blocks absent in guest and shadow need no copy (the zero-block test skips them), so the
+   * copies never exceed the shadow tables they belong to (host-reserved VRAM bounds both). Derived
    * state like `live`: dropped with its table, at a restore, and all of it when the ranges or
    * the slice change (seenKey).
    */

@@ -132,6 +132,24 @@ describe('real driver core over the mediated server (native twin)', () => {
     }, 600_000);
   }
 
+  // bench:mediation runs a cell's repeats in one twin process, as a guest runs them: each run a
+  // context of its own on the one client, each verified, none leaving a channel behind.
+  it('vugpu-bench --repeat N: N runs, N contexts, one client', async () => {
+    const v = serve([{ name: 'vm', mode: 'fv', slice: 256 << 20 }]);
+    const before = v.metrics.get('vm')!.shadowRebuilds;
+    const r = await twin(sock('vm'), 0, ['madd', '--repeat', '3']);
+    expect(r.code, r.out).toBe(0);
+    const runs = r.records.filter((x) => x.kind === 'BENCH').map((x) => x.data);
+    expect(runs).toHaveLength(3);
+    for (const b of runs) {
+      expect(b.ok).toBe(true);
+      expect(b.verified).toBe(true);
+      expect(b.checksum).toBe(runs[0]!.checksum);
+    }
+    expect(v.metrics.get('vm')!.shadowRebuilds - before).toBeGreaterThanOrEqual(3); // a context, a shadow each
+    expect(v.aggregator!.chidsInUse).toBe(0);
+  }, 120_000);
+
   it('two VMs run the suite concurrently in fv; a third, hostile, faults on its own', async () => {
     const v = serve([
       { name: 'a', mode: 'fv', slice: 256 << 20 },
