@@ -27,6 +27,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Vugpu, type VmMode } from '../src/server.ts';
 import { buildNativeTwin, runNativeTwin } from '../src/demo/native-twin.ts';
+import { ratioPlotSvg } from './lib/ratio-plot.ts';
 import { BENCHMARKS, STAGES, type Stage } from '../src/demo/records.ts';
 import {
   geomean, lowRatio, mdTable, median, prefault, quantile, repoRoot, replaceSection, spread, textTable, writeResult, type Cell, type LowRatio,
@@ -215,51 +216,16 @@ function markdown(r: Result): string {
   return parts.join('\n');
 }
 
-const COLORS: Record<VmMode, string> = { pt: '#1f77b4', 'fv-naive': '#d62728', fv: '#ff7f0e', pv: '#9467bd', 'pv-batch': '#2ca02c' };
-
 function svg(r: Result): string {
-  const W = 980, ph = 240, top = 50, left = 60, right = 20, gapY = 60;
-  const pw = W - left - right;
-  const H = top + r.sizes.length * (ph + gapY) + 10;
   const med = r.modes.filter((m) => m !== 'pt');
-  const parts = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
-    `<rect width="${W}" height="${H}" fill="#fff"/>`,
-    `<text x="10" y="18" font-size="13" font-weight="bold">The mediation's own cost: native twin (no emulator) in each mode, time relative to pt</text>`,
-    `<text x="10" y="36" fill="#555">${med.map((m) => `<tspan fill="${COLORS[m]}" font-weight="bold">■ ${m}</tspan>`).join('  ')}   bar = median of per-round ratios, whisker = min–max; ● = ratio of 10th percentiles; dashed = goal ${GOAL}×</text>`,
-  ];
-  r.sizes.forEach((set, si) => {
-    const y0 = top + si * (ph + gapY) + 16;
-    const cells = set.stats.filter((c) => c.mode !== 'pt' && c.vsPt);
-    const hi = Math.max(1.3, ...cells.flatMap((c) => [c.vsPt!.max, c.vsPtLow?.ratio ?? 1]));
-    const lo = Math.min(0.8, ...cells.flatMap((c) => [c.vsPt!.min, c.vsPtLow?.ratio ?? 1]));
-    const y = (v: number) => y0 + ph - ((v - lo) / (hi - lo)) * ph;
-    parts.push(`<text x="${left}" y="${y0 - 6}" font-weight="bold">${set.size === 'large' ? 'GPUvm sizes (--large)' : 'default sizes'}: ${set.rounds} rounds</text>`);
-    parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
-    for (let v = Math.ceil(lo * 10) / 10; v <= hi + 1e-9; v += 0.1) {
-      parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="${Math.abs(v - 1) < 1e-6 ? '#888' : '#eee'}"/>`);
-      parts.push(`<text x="${left - 5}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(1)}×</text>`);
-    }
-    parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(GOAL).toFixed(1)}" y2="${y(GOAL).toFixed(1)}" stroke="#c00" stroke-dasharray="5,4"/>`);
-    const gw = pw / set.benches.length;
-    const bw = (gw * 0.8) / med.length;
-    set.benches.forEach((b, bi) => {
-      parts.push(`<text x="${(left + bi * gw + gw / 2).toFixed(1)}" y="${y0 + ph + 14}" text-anchor="middle">${b}</text>`);
-      med.forEach((m, mi) => {
-        const c = cells.find((x) => x.bench === b && x.mode === m);
-        if (!c) return;
-        const x0 = left + bi * gw + gw * 0.1 + mi * bw;
-        const yv = y(c.vsPt!.median);
-        const base = y(1);
-        parts.push(`<rect x="${x0.toFixed(1)}" y="${Math.min(yv, base).toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${Math.max(1, Math.abs(base - yv)).toFixed(1)}" fill="${COLORS[m]}"><title>${b} ${m}: ${c.vsPt!.median.toFixed(3)}× pt</title></rect>`);
-        const cx = x0 + bw * 0.45;
-        parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(c.vsPt!.min).toFixed(1)}" y2="${y(c.vsPt!.max).toFixed(1)}" stroke="#000"/>`);
-        if (c.vsPtLow) parts.push(`<circle cx="${cx.toFixed(1)}" cy="${y(c.vsPtLow.ratio).toFixed(1)}" r="2.5" fill="#000"><title>${b} ${m}: ${c.vsPtLow.ratio.toFixed(3)}× pt (10th percentiles)</title></circle>`);
-      });
-    });
-  });
-  parts.push('</svg>');
-  return `${parts.join('\n')}\n`;
+  return ratioPlotSvg('The mediation\'s own cost: native twin (no emulator) in each mode, time relative to pt', med,
+    r.sizes.map((set) => ({
+      label: `${set.size === 'large' ? 'GPUvm sizes (--large)' : 'default sizes'}: ${set.rounds} rounds`,
+      benches: set.benches,
+      bars: set.stats.filter((c) => c.mode !== 'pt' && c.vsPt).map((c) => ({
+        bench: c.bench, mode: c.mode, median: c.vsPt!.median, min: c.vsPt!.min, max: c.vsPt!.max, low: c.vsPtLow?.ratio,
+      })),
+    })), GOAL);
 }
 
 function report(r: Result, out: string): void {

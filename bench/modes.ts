@@ -35,6 +35,7 @@ import { vfioErrorLines } from '../src/vm/console.ts';
 import { buildNativeTwin, runNativeTwin } from '../src/demo/native-twin.ts';
 import { BENCHMARKS, STAGES, toBenchRecord, type Stage } from '../src/demo/records.ts';
 import { cpuInterval } from './lib/cpu.ts';
+import { MODE_COLORS, ratioPlotSvg } from './lib/ratio-plot.ts';
 import {
   environment, geomean, lowRatio, mdTable, median, prefault, quantile, repoRoot, replaceSection, resultsDir, spread, textTable, writeResult,
   type Cell, type Environment, type LowRatio, type Spread,
@@ -286,7 +287,6 @@ const devicePathUs = (r: Run) => r.totalUs - r.stagesUs.DataInit - r.stagesUs.Da
 
 // ---- plot (GPUvm Fig. 4: time relative to native, log scale) ----
 
-const COLORS: Record<Side, string> = { native: '#444', pt: '#1f77b4', 'fv-naive': '#d62728', fv: '#ff7f0e', pv: '#9467bd', 'pv-batch': '#2ca02c' };
 
 function svg(result: Result): string {
   const W = 980, ph = 260, top = 50, left = 60, right = 20, gapY = 70;
@@ -297,7 +297,7 @@ function svg(result: Result): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
     `<rect width="${W}" height="${H}" fill="#fff"/>`,
     `<text x="10" y="18" font-size="13" font-weight="bold">Execution time relative to native per benchmark and mode (log scale; GPUvm Fig. 4 style), ${result.environment.accel.toUpperCase()} guests</text>`,
-    `<text x="10" y="36" fill="#555">${result.sides.filter((s) => s !== 'native').map((s) => `<tspan fill="${COLORS[s]}" font-weight="bold">■ ${s}</tspan>`).join('  ')}   bar = median over runs, whisker = min–max of the per-round ratios; 1 = native twin (no VM)</text>`,
+    `<text x="10" y="36" fill="#555">${result.sides.filter((s) => s !== 'native').map((s) => `<tspan fill="${MODE_COLORS[s]}" font-weight="bold">■ ${s}</tspan>`).join('  ')}   bar = median over runs, whisker = min–max of the per-round ratios; 1 = native twin (no VM)</text>`,
   ];
   sets.forEach((set, si) => {
     const y0 = top + si * (ph + gapY) + 16;
@@ -330,7 +330,7 @@ function svg(result: Result): string {
         const x0 = gx + mi * bw;
         const base = y(Math.max(10 ** l0, 1e-9));
         const top1 = y(c.vsNative!.median);
-        parts.push(`<rect x="${x0.toFixed(1)}" y="${Math.min(top1, base).toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${Math.abs(base - top1).toFixed(1)}" fill="${COLORS[m]}"><title>${b} ${m}: ${c.vsNative!.median.toFixed(2)}× native, ${c.vsPt ? `${c.vsPt.median.toFixed(2)}× pt` : ''}</title></rect>`);
+        parts.push(`<rect x="${x0.toFixed(1)}" y="${Math.min(top1, base).toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${Math.abs(base - top1).toFixed(1)}" fill="${MODE_COLORS[m]}"><title>${b} ${m}: ${c.vsNative!.median.toFixed(2)}× native, ${c.vsPt ? `${c.vsPt.median.toFixed(2)}× pt` : ''}</title></rect>`);
         const cx = x0 + bw * 0.45;
         parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(c.vsNative!.min).toFixed(1)}" y2="${y(c.vsNative!.max).toFixed(1)}" stroke="#000"/>`);
       });
@@ -342,50 +342,15 @@ function svg(result: Result): string {
 
 /** Without the native side (--no-native): time relative to pt, linear, the 1.05× goal dashed. */
 function svgVsPt(result: Result): string {
-  const W = 980, ph = 240, top = 50, left = 60, right = 20, gapY = 60, goal = 1.05;
-  const pw = W - left - right;
   const modes: Side[] = result.sides.filter((s) => s !== 'native' && s !== 'pt');
-  const H = top + result.sizes.length * (ph + gapY) + 10;
-  const parts: string[] = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
-    `<rect width="${W}" height="${H}" fill="#fff"/>`,
-    `<text x="10" y="18" font-size="13" font-weight="bold">Execution time relative to pt per benchmark and mode, ${result.environment.accel.toUpperCase()} guests</text>`,
-    `<text x="10" y="36" fill="#555">${modes.map((s) => `<tspan fill="${COLORS[s]}" font-weight="bold">■ ${s}</tspan>`).join('  ')}   bar = median of the per-round ratios, whisker = min–max; ● = ratio of the 10th percentiles of all runs; dashed = ${goal}×</text>`,
-  ];
-  result.sizes.forEach((set, si) => {
-    const y0 = top + si * (ph + gapY) + 16;
-    const cells = set.stats.filter((c) => modes.includes(c.side) && c.vsPt);
-    const vals = cells.flatMap((c) => [c.vsPt!.min, c.vsPt!.max, c.vsPtLow?.ratio ?? 1]);
-    const lo = Math.min(0.7, Math.floor(Math.min(...vals) * 10) / 10);
-    const hi = Math.max(1.3, Math.ceil(Math.max(...vals) * 10) / 10);
-    const y = (v: number) => y0 + ph - ((v - lo) / (hi - lo)) * ph;
-    parts.push(`<text x="${left}" y="${y0 - 6}" font-weight="bold">${SIZES[set.size]?.label ?? set.size}: ${set.rounds} round(s), ${set.wallS} s</text>`);
-    parts.push(`<rect x="${left}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
-    const step = hi - lo > 1.5 ? 0.5 : 0.1;
-    for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) {
-      parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="${Math.abs(v - 1) < 1e-9 ? '#888' : '#eee'}"/>`);
-      parts.push(`<text x="${left - 5}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(1)}×</text>`);
-    }
-    parts.push(`<line x1="${left}" x2="${left + pw}" y1="${y(goal).toFixed(1)}" y2="${y(goal).toFixed(1)}" stroke="#c00" stroke-dasharray="5,4"/>`);
-    const gw = pw / set.benches.length;
-    const bw = (gw * 0.8) / modes.length;
-    set.benches.forEach((b, bi) => {
-      parts.push(`<text x="${(left + bi * gw + gw / 2).toFixed(1)}" y="${y0 + ph + 14}" text-anchor="middle">${b}</text>`);
-      modes.forEach((m, mi) => {
-        const c = cells.find((x) => x.bench === b && x.side === m);
-        if (!c) return;
-        const x0 = left + bi * gw + gw * 0.1 + mi * bw;
-        const yv = y(c.vsPt!.median);
-        const base = y(1);
-        parts.push(`<rect x="${x0.toFixed(1)}" y="${Math.min(yv, base).toFixed(1)}" width="${(bw * 0.9).toFixed(1)}" height="${Math.max(1, Math.abs(base - yv)).toFixed(1)}" fill="${COLORS[m]}"><title>${b} ${m}: ${c.vsPt!.median.toFixed(3)}× pt</title></rect>`);
-        const cx = x0 + bw * 0.45;
-        parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(c.vsPt!.min).toFixed(1)}" y2="${y(c.vsPt!.max).toFixed(1)}" stroke="#000"/>`);
-        if (c.vsPtLow) parts.push(`<circle cx="${cx.toFixed(1)}" cy="${y(c.vsPtLow.ratio).toFixed(1)}" r="2.5" fill="#000"><title>${b} ${m}: ${c.vsPtLow.ratio.toFixed(3)}× pt (10th percentiles)</title></circle>`);
-      });
-    });
-  });
-  parts.push('</svg>');
-  return `${parts.join('\n')}\n`;
+  return ratioPlotSvg(`Execution time relative to pt per benchmark and mode, ${result.environment.accel.toUpperCase()} guests`, modes,
+    result.sizes.map((set) => ({
+      label: `${SIZES[set.size]?.label ?? set.size}: ${set.rounds} round(s), ${set.wallS} s`,
+      benches: set.benches,
+      bars: set.stats.filter((c) => modes.includes(c.side) && c.vsPt).map((c) => ({
+        bench: c.bench, mode: c.side, median: c.vsPt!.median, min: c.vsPt!.min, max: c.vsPt!.max, low: c.vsPtLow?.ratio,
+      })),
+    })), 1.05);
 }
 
 // ---- tables ----
