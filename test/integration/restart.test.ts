@@ -358,7 +358,9 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
   test('a cold restart (a new process, no standby waiting) adopts the VMs too; the canary is unchanged', async () => {
     // No standby: the new process is started after the kill, as an operator or systemd would.
     const mark = log.lines.length;
-    const fv = boot('fv', ['--only', 'madd:hotspot:srad', '--repeat', '6']);
+    // Long enough that the kill, 8 s in, lands well before the last run: an interrupted run must
+    // be followed by one that passes (18 runs took ~4.5 s on a quiet host, and the kill once hit the last).
+    const fv = boot('fv', ['--only', 'madd:hotspot:srad', '--repeat', '20']);
     await log.waitFor((r) => r.msg === 'vfio-user version negotiated' && r.device === 'fv', mark, 120_000);
     await sleep(8000);
     let st = await keeperStatus();
