@@ -11,8 +11,8 @@
 // configures it (pt on a 512 MiB device; the mediated modes on a 512 MiB slice of a 1 GiB one;
 // VRAM faulted in first); each benchmark runs once per mode before the rounds, kept out of the
 // statistics (a fresh server's code is cold; a server runs for days). Each benchmark runs
-// --repeat times per mode and round, one twin process per run (its reconnect and the slice scrub
-// happen before the run's timed stages). Rounds are interleaved and the mode order rotates from
+// --repeat times per mode and round, all in one twin process (one client, as a guest runs them:
+// a client's reconnect scrubs the slice, ~180 ms of zeroing that leaves the caches cold). Rounds are interleaved and the mode order rotates from
 // round to round. Per benchmark and mode: the median
 // total; the ratio to pt per round (the same round's medians), reported as the median over rounds
 // with the min–max; the ratio of the 10th percentiles of all runs with a bootstrap interval (the
@@ -113,18 +113,16 @@ async function runBenches(binary: string, s: ModeServer, size: string, round: nu
   for (const b of benches) {
     // The runs of a benchmark in one twin process, one client: as a guest runs them, without a
     // client's reconnect (and its slice scrub) between them.
-    {
-      const r = await runNativeTwin(binary, s.socket, [b, ...SIZE_ARGS[size]!, '--repeat', String(repeat)], 600_000, { VUGPU_PV: s.m.pv });
-      const where = `${size}/${s.m.mode} ${warmup ? 'warm-up' : `#${round}`} ${b}`;
-      problems.push(...r.problems.map((p) => `${where}: ${p}`));
-      if (r.records.length === 0) problems.push(`${where}: no record (exit ${r.code ?? r.signal}): ${r.output.slice(-3).join(' | ')}`);
-      for (const rec of r.records) {
-        if (!rec.ok || rec.verified === false) problems.push(`${where}: failed (${rec.error ?? 'not verified'})`);
-        runs.push({
-          size, round, mode: s.m.mode, bench: rec.bench, ok: rec.ok && rec.verified !== false, totalUs: rec.total_us,
-          stagesUs: rec.stages_us, mmio: rec.mmio, pvCalls: rec.pv_calls, ...(warmup ? { warmup } : {}),
-        });
-      }
+    const r = await runNativeTwin(binary, s.socket, [b, ...SIZE_ARGS[size]!, '--repeat', String(repeat)], 600_000, { VUGPU_PV: s.m.pv });
+    const where = `${size}/${s.m.mode} ${warmup ? 'warm-up' : `#${round}`} ${b}`;
+    problems.push(...r.problems.map((p) => `${where}: ${p}`));
+    if (r.records.length === 0) problems.push(`${where}: no record (exit ${r.code ?? r.signal}): ${r.output.slice(-3).join(' | ')}`);
+    for (const rec of r.records) {
+      if (!rec.ok || rec.verified === false) problems.push(`${where}: failed (${rec.error ?? 'not verified'})`);
+      runs.push({
+        size, round, mode: s.m.mode, bench: rec.bench, ok: rec.ok && rec.verified !== false, totalUs: rec.total_us,
+        stagesUs: rec.stages_us, mmio: rec.mmio, pvCalls: rec.pv_calls, ...(warmup ? { warmup } : {}),
+      });
     }
   }
   return runs;
@@ -326,7 +324,7 @@ async function main(): Promise<void> {
       loadAvgAtStart, loadAvgAtEnd: os.loadavg().map((x) => Math.round(x * 100) / 100),
     },
     method: 'the native twin (guest/bench and guest/common built for the host, a vfio-user client) against one in-process server per mode for the whole run, ' +
-      'each benchmark run once per mode first and kept out of the statistics (warmup: cold code); one twin process per run; rounds interleaved, mode order rotated; ' +
+      'each benchmark run once per mode first and kept out of the statistics (warmup: cold code); a cell\'s runs of a round in one twin process (vugpu-bench --repeat); rounds interleaved, mode order rotated; ' +
       'ratio to pt per round (same round\'s medians), median and min–max over rounds; and the ratio of the 10th percentiles of all runs with a 90 % bootstrap interval',
     repeat, modes: modes.map((m) => m.mode), goal: GOAL, wallS: Math.round((performance.now() - t0) / 100) / 10, sizes: sets, runs, problems,
   }, out);

@@ -39,8 +39,7 @@ export class GuestRanges {
   private readonly ends: number[] = [];
   private readonly writable: boolean[] = [];
 
-  /** The ranges as text: two snapshots with the same signature validate every page alike. */
-  readonly signature: string;
+  private sig: string | null = null;
 
   constructor(maps: DmaMappingInfo[]) {
     const sorted = maps.filter((m) => m.hasFd && m.readable).sort((a, b) => a.addr - b.addr);
@@ -55,9 +54,17 @@ export class GuestRanges {
         this.writable.push(m.writable);
       }
     }
-    let sig = '';
-    for (let i = 0; i < this.starts.length; i++) sig += `${this.starts[i]}-${this.ends[i]}${this.writable[i] ? 'w' : 'r'},`;
-    this.signature = sig;
+  }
+
+  /** The ranges as text: two snapshots with the same signature validate every page alike.
+   * Computed on first use (shadow rescans ask; the PV calls' snapshots never do). */
+  get signature(): string {
+    if (this.sig === null) {
+      let sig = '';
+      for (let i = 0; i < this.starts.length; i++) sig += `${this.starts[i]}-${this.ends[i]}${this.writable[i] ? 'w' : 'r'},`;
+      this.sig = sig;
+    }
+    return this.sig;
   }
 
   /** 0: [gpa, gpa+len) not (entirely) mapped; 1: mapped read-only; 2: mapped writable. */

@@ -211,8 +211,7 @@ export class ShadowMmu {
     env.counters.shadowRebuilds++;
     const written = env.counters.shadowPtesWritten;
     sp.dirty = false;
-    const mem = env.guest();
-    const ranges = mem ? new GuestRanges(mem.describe()) : NO_RANGES;
+    const ranges = this.ranges();
     const key = `${env.slice.base}+${env.slice.size}:${ranges.signature}`;
     if (key !== this.seenKey) {
       this.seen.clear();
@@ -284,7 +283,7 @@ export class ShadowMmu {
         const i = block + j;
         const lo = w[2 * j]!;
         if ((lo & PTE_PRESENT) === 0) {
-          if (spt[2 * i] !== 0 || spt[2 * i + 1] !== 0) this.put(spt, i, 0, live); // absent in both: nothing
+          if (spt[2 * i] !== 0 || spt[2 * i + 1] !== 0) this.put(spt, i, 0, live); // gone from the guest
           continue;
         }
         // A run: the entries that continue this one (same high word and flags, next frame: a
