@@ -4,7 +4,7 @@
 //   - launch→fence latency of a NOP program vs the built-in NOP (native pool), per mode: the
 //     bare engine (pt's path) and through the aggregator (fv, pv-batch); goal ≤ 2×; then, apart,
 //     where the gap goes (nopStages: the same launches straight through the native pool, and
-//     context switches per launch; bench/lavapipe-floor.c measures the device without vugpu),
+//     context switches per launch; bench/vulkan-floor.c measures the device without vugpu),
 //     and the two with the built-in on the program device too (nopSameDevice: --engine vulkan);
 //   - vector add and SGEMM as programs vs the built-ins FMADD and FMMUL on the same inputs;
 //   - the loop rewrite's cost on SGEMM (bench/rewrite-cost.ts: the guest SGEMM sample and the

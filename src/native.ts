@@ -266,6 +266,10 @@ export interface NativeAddon extends VulkanAddon {
    * synchronously (so every submitted job is reported), and drop the copy mapping cache.
    * Idempotent; the pool can be started again. */
   poolStop(): void;
+  /** How long a pool thread that just ran a device task (a Vulkan dispatch) polls for the next
+   * job before it sleeps (0–10,000 µs; 0 = never; process-wide, kept across poolStart). Returns
+   * the polls so far that ended with a job (hits) and at the bound (misses). */
+  poolSetPoll(us: number): { hits: number; misses: number };
   /** Queue a kernel. windows/lengths are trusted host ranges (from mapWindow, mmap or addressOf)
    * that must stay mapped until the job completes. Kernel-side errors (unknown id, wrong buffer
    * count, sizes) come back as the completion status. Throws only on malformed arguments. */

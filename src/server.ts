@@ -130,8 +130,16 @@ export class Vugpu {
       ],
     });
     this.metrics.addFamily({
+      name: 'pool_polls_total', type: 'counter',
+      help: 'Polls of a pool thread for the next job after a device task, by how they ended (job: a launch came within the budget; expired: it did not).',
+      samples: () => {
+        const p = jobPool.poolPollCounts;
+        return [{ labels: { end: 'job' }, value: p.hits }, { labels: { end: 'expired' }, value: p.misses }];
+      },
+    });
+    this.metrics.addFamily({
       name: 'completion_poll_budget_microseconds', type: 'gauge',
-      help: 'How long the JS thread polls for a job completion before sleeping (serve --completion-poll-us).',
+      help: 'How long the JS thread polls for a job completion, and a pool thread for the next job after a device task, before sleeping (serve --completion-poll-us).',
       samples: () => [{ labels: {}, value: this.engine.completionPollUs }],
     });
     this.server = new Server({

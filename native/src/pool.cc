@@ -68,6 +68,10 @@ struct Pool {
   std::condition_variable backgroundCv;
   std::unordered_map<uint32_t, std::shared_ptr<Job>> active;  // queued or running
   bool stopping = false;
+  // Polling for the next job (see Worker): queue's length for the polling thread to read
+  // without the lock, and whether a thread polls now (under mu; at most one does).
+  std::atomic<uint32_t> queued{0};
+  bool polling = false;
   std::vector<std::thread> threads;
 
   std::mutex doneMu;
@@ -83,6 +87,14 @@ struct Pool {
 
 Pool* g_pool = nullptr;  // JS thread of the env that started it
 uint32_t g_nextJob = 1;
+// poolSetPoll: how long a pool thread that just ran a device task (a Vulkan dispatch) polls for
+// the next job before it sleeps. Waking a sleeping thread costs a launch ~7 µs on the H200 host
+// (a VM: bench/vulkan-floor.c, two hand-offs 13–14 µs asleep, 0.4 µs polling), and a GPU's
+// launches come back to back. KVM's halt polling, as the JS thread's completion polling
+// (src/gpu/jobs.ts) — the engine asks for both on a GPU, with the same bound. Never after a CPU
+// kernel or copy: there the other pool threads need the cores.
+std::atomic<uint32_t> g_pollUs{0};
+std::atomic<uint64_t> g_pollHits{0}, g_pollMisses{0};
 
 int RunJob(Job& job) {
   if (job.task) return job.task(job.cancel, &job.taskNs);
@@ -90,6 +102,33 @@ int RunJob(Job& job) {
   KernelCtx ctx{job.bufs.data(),   job.lens.data(),   int(job.bufs.size()),
                 job.params.data(), job.params.size(), &job.cancel};
   return run_kernel(job.kernel, ctx);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// After a device task: poll (up to g_pollUs) for the next job while no other thread does, so
+// Enqueue need not wake a sleeping one. Returns with the job, if any, still queued: the caller's
+// cv.wait takes it without sleeping.
+void PollForNext(Pool* pool) {
+  const uint32_t us = g_pollUs.load(std::memory_order_relaxed);
+  if (us == 0) return;
+  {
+    std::lock_guard<std::mutex> lk(pool->mu);
+    if (pool->polling || pool->stopping) return;
+    pool->polling = true;
+  }
+  const uint64_t until = NowNs() + uint64_t(us) * 1000;
+  bool got = false;
+  while (!(got = pool->queued.load(std::memory_order_acquire) > 0) && NowNs() < until) CpuRelax();
+  (got ? g_pollHits : g_pollMisses).fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(pool->mu);
+  pool->polling = false;  // from here Enqueue wakes a thread again
 }
 
 void Worker(Pool* pool, bool background) {
@@ -105,7 +144,9 @@ void Worker(Pool* pool, bool background) {
       if (queue.empty()) return;  // stopping and drained
       job = std::move(queue.front());
       queue.pop_front();
+      if (!background) pool->queued.fetch_sub(1, std::memory_order_relaxed);
     }
+    const bool deviceTask = static_cast<bool>(job->task);
     Completion c{job->id, job->setupStatus, 0};
     if (c.status == 0 && job->cancel.load(std::memory_order_relaxed)) c.status = -ECANCELED;
     if (c.status == 0) {
@@ -124,6 +165,7 @@ void Worker(Pool* pool, bool background) {
       pool->done.push_back(c);
     }
     uv_async_send(&pool->async);
+    if (!background && deviceTask) PollForNext(pool);
   }
 }
 
@@ -257,6 +299,19 @@ Napi::Value PoolStop(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// poolSetPoll(us): how long a pool thread polls for the next job after a device task (0 = never,
+// at most 10 ms); returns {hits, misses} so far: polls that ended with a job, and by the bound.
+Napi::Value PoolSetPoll(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t us;
+  if (!ArgInt(info, 0, "us", 0, 10000, &us)) return env.Undefined();
+  g_pollUs.store(uint32_t(us), std::memory_order_relaxed);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("hits", Napi::Number::New(env, double(g_pollHits.load())));
+  o.Set("misses", Napi::Number::New(env, double(g_pollMisses.load())));
+  return o;
+}
+
 Pool* RunningPool(Napi::Env env, const char* fn) {
   if (!g_pool || g_pool->env != static_cast<napi_env>(env)) {
     Napi::Error::New(env, std::string(fn) + ": the pool is not running (call poolStart)")
@@ -268,15 +323,20 @@ Pool* RunningPool(Napi::Env env, const char* fn) {
 
 uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job, bool background = false) {
   uint32_t id;
+  bool wake;
   {
     std::lock_guard<std::mutex> lk(pool->mu);
     do id = g_nextJob++;
     while (id == 0 || pool->active.count(id));
     job->id = id;
     pool->active[id] = job;
-    (background ? pool->background : pool->queue).push_back(std::move(job));
+    auto& q = background ? pool->background : pool->queue;
+    // A polling thread takes the first job queued while it polls: no wake for that one.
+    wake = background || !pool->polling || !q.empty();
+    q.push_back(std::move(job));
+    if (!background) pool->queued.fetch_add(1, std::memory_order_release);
   }
-  (background ? pool->backgroundCv : pool->cv).notify_one();
+  if (wake) (background ? pool->backgroundCv : pool->cv).notify_one();
   if (pool->inflight++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(&pool->async));
   return id;
 }
@@ -477,6 +537,7 @@ uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStat
 void RegisterPool(Napi::Env env, Napi::Object exports) {
   exports.Set("poolStart", Napi::Function::New(env, PoolStart, "poolStart"));
   exports.Set("poolStop", Napi::Function::New(env, PoolStop, "poolStop"));
+  exports.Set("poolSetPoll", Napi::Function::New(env, PoolSetPoll, "poolSetPoll"));
   exports.Set("submitKernel", Napi::Function::New(env, SubmitKernel, "submitKernel"));
   exports.Set("submitCopy", Napi::Function::New(env, SubmitCopy, "submitCopy"));
   exports.Set("cancelJob", Napi::Function::New(env, CancelJob, "cancelJob"));

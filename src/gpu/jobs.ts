@@ -31,6 +31,8 @@ let started = false;
 // flight the loop turns with setImmediate (epoll with a zero timeout, sockets still served), at
 // most pollUs after the last submission or completion; then it sleeps as before. It spends a
 // core while it polls, so it is off unless asked for (an engine on a GPU asks: engine.ts).
+// The same bound makes a pool thread that just ran a device task poll for the next job
+// (native/src/pool.cc, poolSetPoll): a launch then wakes no sleeping thread.
 const pollWanted = new Map<object, number>();
 let pollUs = 0;
 let polling = false;
@@ -130,6 +132,7 @@ export const jobPool = {
     else pollWanted.delete(owner);
     pollUs = 0;
     for (const v of pollWanted.values()) pollUs = Math.max(pollUs, v);
+    native.poolSetPoll(Math.min(pollUs, 10_000));
   },
 
   get completionPollUs(): number {
@@ -139,6 +142,12 @@ export const jobPool = {
   /** Polls begun, ended by a completion (none left in flight), and ended by the bound. */
   get pollCounts(): Readonly<typeof pollCounts> {
     return pollCounts;
+  },
+
+  /** The pool threads' polls after device tasks: those that found the next job, and those that
+   * ended at the bound. */
+  get poolPollCounts(): { hits: number; misses: number } {
+    return native.poolSetPoll(Math.min(pollUs, 10_000));
   },
 };
 

@@ -457,6 +457,8 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   // Timeline semaphores order the device-memory path's upload, compute and download queues.
   const bool timeline = v12 && f12.timelineSemaphore;
   if (timeline) e12.timelineSemaphore = VK_TRUE;
+  const bool hostQueryReset = v12 && f12.hostQueryReset;
+  if (hostQueryReset) e12.hostQueryReset = VK_TRUE;
 
   uint32_t tsBits = 0;
   int fam = ComputeFamily(ifn, chosen, &tsBits);
@@ -510,6 +512,8 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
 #define X(n) if (!ctx->fn.n) { *err = "device entry point " #n " missing"; return nullptr; }
   VUGPU_VK_DEVICE_FNS(X)
 #undef X
+  if (hostQueryReset)
+    ctx->fn.vkResetQueryPool = reinterpret_cast<PFN_vkResetQueryPool>(ifn.vkGetDeviceProcAddr(ctx->device, "vkResetQueryPool"));
   ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(fam), 0, &ctx->queue);
   ctx->compQ = {ctx->queue, &ctx->queueMu};
   ctx->upQ = ctx->downQ = ctx->compQ;
@@ -594,6 +598,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   }
   di.queueFamily = uint32_t(fam);
   di.timestamps = tsBits > 0 && L.timestampPeriod > 0;
+  di.hostQueryReset = ctx->fn.vkResetQueryPool != nullptr;
   di.timestampPeriod = L.timestampPeriod;
   di.timestampMask = tsBits >= 64 ? ~0ull : ((1ull << tsBits) - 1);
   di.importAlign = uint32_t(std::max<VkDeviceSize>(hostp.minImportedHostPointerAlignment, 1));

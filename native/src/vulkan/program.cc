@@ -430,7 +430,7 @@ void RecordCompute(Run& R, VkCommandBuffer cmd, VkDescriptorSet* sets, uint32_t 
   const DeviceFns& f = R.c.fn;
   Lane* lane = R.lane;
   if (first && R.ts) {
-    f.vkCmdResetQueryPool(cmd, lane->queries, 0, 2);
+    if (!R.c.info.hostQueryReset) f.vkCmdResetQueryPool(cmd, lane->queries, 0, 2);  // else before submitting
     f.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, lane->queries, 0);
   }
   f.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, R.prog.pipeline);
@@ -905,6 +905,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   }
   VkResult r = VK_SUCCESS;
   f.vkResetFences(c.device, 1, &lane->fence);
+  // The lane's last launch is done (its fence was waited for): its queries are free to reset.
+  if (R.ts && di.hostQueryReset) f.vkResetQueryPool(c.device, lane->queries, 0, 2);
   bool submitted = false;
   uint64_t up = 0, down = 0, zeroed = 0, submitNs = 0;
   const uint64_t recordNs = NowNs();

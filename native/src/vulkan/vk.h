@@ -71,6 +71,8 @@ struct DeviceFns {
 #define X(n) PFN_##n n = nullptr;
   VUGPU_VK_DEVICE_FNS(X)
 #undef X
+  // Optional (Vulkan 1.2 hostQueryReset): set only when the feature was enabled.
+  PFN_vkResetQueryPool vkResetQueryPool = nullptr;
 };
 
 // What JS sees as vulkanDevices() entries.
@@ -93,6 +95,8 @@ struct DeviceInfo {
   spirv::Limits limits;  // clamped to program.h's envelope; features = PROG_FEATURES bits
   LaunchLimits launch;
   bool timestamps = false;            // device timestamps on the chosen queue
+  bool hostQueryReset = false;        // queries reset by the host (a reset in the command buffer
+                                      // costs an H200 3.6 µs per launch: bench/vulkan-floor.c)
   double timestampPeriod = 1.0;       // ns per tick
   uint64_t timestampMask = ~0ull;
   uint32_t importAlign = 4096;        // minImportedHostPointerAlignment
