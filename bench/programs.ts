@@ -298,7 +298,12 @@ async function main(): Promise<void> {
         ['NOP p50 µs, engine (bare)', st.program!.p50Us.toFixed(1), st.builtin!.p50Us.toFixed(1), `switches/launch ${st.program!.switchesPerLaunch.toFixed(1)} / ${st.builtin!.switchesPerLaunch.toFixed(1)}`],
         ['NOP p50 µs, native pool only', st.poolDispatch!.p50Us.toFixed(1), st.poolKernel!.p50Us.toFixed(1), `switches/launch ${st.poolDispatch!.switchesPerLaunch.toFixed(1)} / ${st.poolKernel!.switchesPerLaunch.toFixed(1)}`],
         ['NOP program dispatch µs (pool thread)', Object.entries((st.program as { dispatchPhasesMeanUs?: Record<string, number> }).dispatchPhasesMeanUs ?? {})
-          .map(([k, v]) => `${k.replace(/Us$/, '')} ${v.toFixed(1)}`).join(', '), '', '']];
+          .map(([k, v]) => `${k.replace(/Us$/, '')} ${v.toFixed(1)}`).join(', '), '', ''],
+        ...(['poolDispatch', 'poolKernel'] as const).map((k) => {
+          const x = st[k] as { poolPhasesMeanUs?: Record<string, number>; submitCallMeanUs?: number };
+          return [`NOP ${k} µs (native pool)`, [['submit', x.submitCallMeanUs ?? 0], ...Object.entries(x.poolPhasesMeanUs ?? {})]
+            .map(([a, v]) => `${String(a).replace(/Us$/, '')} ${(v as number).toFixed(1)}`).join(', '), '', ''];
+        })];
     })(),
     ['vecadd ms', fmt((result.vecadd as { programMs: number }).programMs), fmt((result.vecadd as { builtinMs: number | null }).builtinMs), ''],
     ['canary NOP p50 µs, flood/solo', ((result.flood as { canaryDuringFlood: Lat }).canaryDuringFlood.p50Us).toFixed(1), ((result.flood as { canarySolo: Lat }).canarySolo.p50Us).toFixed(1), `${(result.flood as { ratioP50: number }).ratioP50.toFixed(2)}×`],
@@ -345,12 +350,18 @@ async function nopStages(backend: VulkanBackend, nopSpv: Uint8Array): Promise<un
   });
   const wd = engine.watchdogMs;
   const none = new Uint8Array(0);
-  const job = (submit: (done: () => void) => void) => () => new Promise<void>((resolve) => submit(resolve));
+  // The pool paths also time the submit call itself (argument parsing in the addon).
+  const submitNs: Record<string, number> = { poolKernel: 0, poolDispatch: 0 };
+  const job = (k: string, submit: (done: () => void) => void) => () => new Promise<void>((resolve) => {
+    const t = now();
+    submit(resolve);
+    submitNs[k]! += Number(now() - t);
+  });
   const paths: Record<string, () => Promise<unknown>> = {
     builtin: () => ch.launch(K.NOP, []),
     program: () => ch.launchProgram(prog, { buffers: [] }),
-    poolKernel: job((done) => jobPool.submitKernel({ kernel: K.NOP, windows: [], lengths: [], params: none }, wd, done)),
-    poolDispatch: job((done) => jobPool.submitDispatch({ slot, windows: [], lengths: [], params: none, grid: [1, 1, 1] }, wd, done)),
+    poolKernel: job('poolKernel', (done) => jobPool.submitKernel({ kernel: K.NOP, windows: [], lengths: [], params: none }, wd, done)),
+    poolDispatch: job('poolDispatch', (done) => jobPool.submitDispatch({ slot, windows: [], lengths: [], params: none, grid: [1, 1, 1] }, wd, done)),
   };
   for (const f of Object.values(paths)) await f();
   const samples: Record<string, number[]> = {}, sw: Record<string, number> = {};
@@ -359,11 +370,17 @@ async function nopStages(backend: VulkanBackend, nopSpv: Uint8Array): Promise<un
   type Phases = ReturnType<typeof native.vulkanStats>['dispatchPhases'];
   const phaseSum: Record<string, Phases> = {};
   const zero = (): Phases => ({ dispatches: 0, setupNs: 0, recordNs: 0, queueSubmitNs: 0, waitNs: 0, finishNs: 0 });
-  for (const k of Object.keys(paths)) { samples[k] = []; sw[k] = 0; phaseSum[k] = zero(); }
+  // The native pool's own phases per job (poolStats: queued, run, after, deliver), per path.
+  type PoolPh = ReturnType<typeof native.poolStats>['cpu'];
+  const poolSum: Record<string, PoolPh> = {};
+  const pzero = (): PoolPh => ({ jobs: 0, queueNs: 0, runNs: 0, afterNs: 0, deliverNs: 0 });
+  const both = (): PoolPh => { const st = native.poolStats(); const o = pzero(); for (const x of Object.keys(o) as (keyof PoolPh)[]) o[x] = st.cpu[x] + st.task[x]; return o; };
+  for (const k of Object.keys(paths)) { samples[k] = []; sw[k] = 0; phaseSum[k] = zero(); poolSum[k] = pzero(); }
   for (let done = 0; done < NOPS; done += BLOCK) {
     for (const [k, f] of Object.entries(paths)) {
       const s0 = switches();
       const p0 = native.vulkanStats().dispatchPhases;
+      const q0 = both();
       for (let i = 0; i < BLOCK; i++) {
         const t0 = now();
         await f();
@@ -372,6 +389,8 @@ async function nopStages(backend: VulkanBackend, nopSpv: Uint8Array): Promise<un
       sw[k]! += switches() - s0;
       const p1 = native.vulkanStats().dispatchPhases;
       for (const x of Object.keys(p1) as (keyof Phases)[]) phaseSum[k]![x] += p1[x] - p0[x];
+      const q1 = both();
+      for (const x of Object.keys(q1) as (keyof PoolPh)[]) poolSum[k]![x] += q1[x] - q0[x];
     }
   }
   cache.dropOwner(owner);
@@ -383,11 +402,18 @@ async function nopStages(backend: VulkanBackend, nopSpv: Uint8Array): Promise<un
       ? { setupUs: ph.setupNs / ph.dispatches / 1e3, recordUs: ph.recordNs / ph.dispatches / 1e3, queueSubmitUs: ph.queueSubmitNs / ph.dispatches / 1e3,
           waitUs: ph.waitNs / ph.dispatches / 1e3, finishUs: ph.finishNs / ph.dispatches / 1e3 }
       : undefined;
-    out[k] = { ...lat(samples[k]!), switchesPerLaunch: sw[k]! / samples[k]!.length, ...(perDispatch ? { dispatchPhasesMeanUs: perDispatch } : {}) };
+    const q = poolSum[k]!;
+    const poolPhasesMeanUs = q.jobs > 0
+      ? { queuedUs: q.queueNs / q.jobs / 1e3, runUs: q.runNs / q.jobs / 1e3, afterUs: q.afterNs / q.jobs / 1e3, deliverUs: q.deliverNs / q.jobs / 1e3 }
+      : undefined;
+    out[k] = {
+      ...lat(samples[k]!), switchesPerLaunch: sw[k]! / samples[k]!.length, ...(perDispatch ? { dispatchPhasesMeanUs: perDispatch } : {}),
+      ...(poolPhasesMeanUs ? { poolPhasesMeanUs } : {}), ...(k in submitNs ? { submitCallMeanUs: submitNs[k]! / 1e3 / samples[k]!.length } : {}),
+    };
   }
   const p50 = (k: string) => quantile(samples[k]!, 0.5);
   return {
-    what: 'NOP launch→fence p50 through the engine (builtin, program) and straight through the native pool (poolKernel, poolDispatch), bare engine, interleaved blocks; dispatchPhasesMeanUs: the pool thread\'s time per Vulkan dispatch (setup = lane, imports, staging, descriptors; record; vkQueueSubmit; wait for the fence; finish = timestamps, write-back)',
+    what: 'NOP launch→fence p50 through the engine (builtin, program) and straight through the native pool (poolKernel, poolDispatch), bare engine, interleaved blocks; dispatchPhasesMeanUs: the pool thread\'s time per Vulkan dispatch (setup = lane, imports, staging, descriptors; record; vkQueueSubmit; wait for the fence; finish = timestamps, write-back); poolPhasesMeanUs: the native pool, per job (queued: submitted → a thread takes it; run; after: run end → handed to JS; deliver: → the JS callback); submitCallMeanUs: the submit call itself (pool paths)',
     ...out,
     deviceAddsUs: p50('poolDispatch') - p50('poolKernel'),
     engineBuiltinUs: p50('builtin') - p50('poolKernel'),

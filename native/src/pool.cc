@@ -49,12 +49,15 @@ struct Job {
   // task: a backend outside this file (the Vulkan program backend)
   PoolTask task;
   uint64_t taskNs = 0;  // device time the task measured itself (0: wall time)
+  uint64_t queuedNs = 0;  // when Enqueue queued it (poolStats)
 };
 
 struct Completion {
   uint32_t job;
   int status;
   uint64_t deviceNs;
+  uint64_t doneNs = 0;  // when it was handed to the JS side (poolStats)
+  bool task = false;
 };
 
 struct Pool {
@@ -94,6 +97,13 @@ uint32_t g_nextJob = 1;
 // (src/gpu/jobs.ts) — the engine asks for both on a GPU, with the same bound. Never after a CPU
 // kernel or copy: there the other pool threads need the cores.
 std::atomic<uint32_t> g_pollUs{0};
+// poolStats: where a job's time goes between its submission and its delivery to JS, summed per
+// kind (0: kernels and copies, 1: device tasks): queued (Enqueue → a thread takes it), run,
+// after (run end → handed to JS: mapping holds dropped), deliver (→ the JS thread's callback).
+struct PhaseSums {
+  std::atomic<uint64_t> jobs{0}, queueNs{0}, runNs{0}, afterNs{0}, deliverNs{0};
+};
+PhaseSums g_phases[2];
 std::atomic<uint64_t> g_pollHits{0}, g_pollMisses{0};
 
 int RunJob(Job& job) {
@@ -147,19 +157,28 @@ void Worker(Pool* pool, bool background) {
       if (!background) pool->queued.fetch_sub(1, std::memory_order_relaxed);
     }
     const bool deviceTask = static_cast<bool>(job->task);
+    PhaseSums& ph = g_phases[deviceTask ? 1 : 0];
+    const uint64_t startNs = NowNs();
+    ph.queueNs.fetch_add(startNs - job->queuedNs, std::memory_order_relaxed);
     Completion c{job->id, job->setupStatus, 0};
+    c.task = deviceTask;
     if (c.status == 0 && job->cancel.load(std::memory_order_relaxed)) c.status = -ECANCELED;
+    uint64_t runEnd = startNs;
     if (c.status == 0) {
-      uint64_t t0 = NowNs();
       c.status = RunJob(*job);
-      c.deviceNs = job->taskNs ? job->taskNs : NowNs() - t0;
+      runEnd = NowNs();
+      c.deviceNs = job->taskNs ? job->taskNs : runEnd - startNs;
       if (c.deviceNs == 0) c.deviceNs = 1;  // it ran: never report zero time
     }
+    ph.runNs.fetch_add(runEnd - startNs, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lk(pool->mu);
       pool->active.erase(job->id);
     }
     job.reset();  // drop mapping holds before the JS side hears about completion
+    c.doneNs = NowNs();
+    ph.afterNs.fetch_add(c.doneNs - runEnd, std::memory_order_relaxed);
+    ph.jobs.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lk(pool->doneMu);
       pool->done.push_back(c);
@@ -178,6 +197,8 @@ void Deliver(Pool* pool, bool fromJs) {
     batch.swap(pool->done);
   }
   if (batch.empty()) return;
+  const uint64_t now = NowNs();
+  for (const Completion& c : batch) g_phases[c.task ? 1 : 0].deliverNs.fetch_add(now - c.doneNs, std::memory_order_relaxed);
   pool->inflight -= std::min<uint32_t>(pool->inflight, uint32_t(batch.size()));
   // An idle pool must not keep the process alive.
   if (pool->inflight == 0) uv_unref(reinterpret_cast<uv_handle_t*>(&pool->async));
@@ -312,6 +333,23 @@ Napi::Value PoolSetPoll(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// poolStats() → {cpu, task}: per kind, jobs run and the sums of their phases in ns (g_phases).
+Napi::Value PoolStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  for (int k = 0; k < 2; k++) {
+    const PhaseSums& p = g_phases[k];
+    Napi::Object x = Napi::Object::New(env);
+    x.Set("jobs", double(p.jobs.load()));
+    x.Set("queueNs", double(p.queueNs.load()));
+    x.Set("runNs", double(p.runNs.load()));
+    x.Set("afterNs", double(p.afterNs.load()));
+    x.Set("deliverNs", double(p.deliverNs.load()));
+    o.Set(k ? "task" : "cpu", x);
+  }
+  return o;
+}
+
 Pool* RunningPool(Napi::Env env, const char* fn) {
   if (!g_pool || g_pool->env != static_cast<napi_env>(env)) {
     Napi::Error::New(env, std::string(fn) + ": the pool is not running (call poolStart)")
@@ -329,6 +367,7 @@ uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job, bool background = false) 
     do id = g_nextJob++;
     while (id == 0 || pool->active.count(id));
     job->id = id;
+    job->queuedNs = NowNs();
     pool->active[id] = job;
     auto& q = background ? pool->background : pool->queue;
     // A polling thread takes the first job queued while it polls: no wake for that one.
@@ -538,6 +577,7 @@ void RegisterPool(Napi::Env env, Napi::Object exports) {
   exports.Set("poolStart", Napi::Function::New(env, PoolStart, "poolStart"));
   exports.Set("poolStop", Napi::Function::New(env, PoolStop, "poolStop"));
   exports.Set("poolSetPoll", Napi::Function::New(env, PoolSetPoll, "poolSetPoll"));
+  exports.Set("poolStats", Napi::Function::New(env, PoolStats, "poolStats"));
   exports.Set("submitKernel", Napi::Function::New(env, SubmitKernel, "submitKernel"));
   exports.Set("submitCopy", Napi::Function::New(env, SubmitCopy, "submitCopy"));
   exports.Set("cancelJob", Napi::Function::New(env, CancelJob, "cancelJob"));
