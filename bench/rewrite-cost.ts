@@ -37,6 +37,10 @@ export interface RewriteCase {
   /** On a device that cuts loops (loopLimit > 0): the cancel checks alone, without the loop-cut
    * detection (what a GPU gets), same rounds. */
   cancelOnlyRatio?: number;
+  /** On a device that cuts loops: the cancel word loaded at every back-edge (as the engine's
+   * rewrite does there) without the detection, same rounds — engine / this is the detection's
+   * own cost, this / cancelOnlyRatio the per-back-edge load's. */
+  everyLoadNoDetectRatio?: number;
   /** The engine's rewrite with the cancel word loaded in the loop header (program.h
    * cancelLoadEarly, a benchmark switch): is hiding the load's latency worth making the default? */
   earlyLoadRatio: number;
@@ -86,9 +90,9 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
     // [1] the engine's, [2] with the early load, [3] without the index clamps, [4] the clamps
     // alone (no loop rewrite), [5] the cancel word loaded at every back-edge (where the engine's
     // loads it every 64th: devices that do not cut loops), [6] cancel checks only (devices that
-    // cut loops)
+    // cut loops), [7] the same loading the word at every back-edge (devices that cut loops)
     const variants = [{ words: pp.words, entry }, variant({ cancelLoadEarly: 1 }), variant({ benchParts: 1 }), variant({ benchParts: 2 }), variant({ cancelEvery: 1 })];
-    if (limits.loopLimit > 0) variants.push(variant({ loopLimit: 0 }));
+    if (limits.loopLimit > 0) variants.push(variant({ loopLimit: 0 }), variant({ loopLimit: 0, cancelEvery: 1 }));
     const job = { buffers: [a, b, new Float32Array(n * n)], writable: [false, false, true], push: c.push, grid: c.grid };
     // Results: each module alone, compared with the raw one's.
     const result = (words: Uint32Array, control: boolean, name = entry): Float32Array => {
@@ -107,7 +111,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
         maxRelDiff = Math.max(maxRelDiff, d);
       }
     }
-    const per: number[] = [], perWall: number[] = [], perEarly: number[] = [], perCancel: number[] = [], rawT: number[] = [], prepT: number[] = [];
+    const per: number[] = [], perWall: number[] = [], perEarly: number[] = [], perCancel: number[] = [], perEveryNoDetect: number[] = [], rawT: number[] = [], prepT: number[] = [];
     const perNoClamp: number[] = [], perClampOnly: number[] = [], perEvery: number[] = [];
     let ts = true;
     for (let r = 0; r < rounds; r++) {
@@ -125,6 +129,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       perClampOnly.push(k[4]! / k[0]!);
       perEvery.push(k[5]! / k[0]!);
       if (k.length > 6) perCancel.push(k[6]! / k[0]!);
+      if (k.length > 7) perEveryNoDetect.push(k[7]! / k[0]!);
       rawT.push(k[0]!);
       prepT.push(k[1]!);
     }
@@ -134,6 +139,7 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       earlyLoadRatio: median(perEarly),
       noClampRatio: median(perNoClamp), clampOnlyRatio: median(perClampOnly), everyBackEdgeRatio: median(perEvery),
       ...(perCancel.length ? { cancelOnlyRatio: median(perCancel) } : {}),
+      ...(perEveryNoDetect.length ? { everyLoadNoDetectRatio: median(perEveryNoDetect) } : {}),
       words: { raw: raw.length, rewritten: pp.words.length }, maxRelDiff, clock: ts ? 'timestamps' : 'wall',
     });
   }

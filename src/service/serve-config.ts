@@ -59,7 +59,7 @@ export const SERVE_OPTIONS: readonly OptionDef[] = [
   { key: 'allow-unsealed-dma', kind: boolKind, help: 'accept memory-backend-file guests (trusted guests only)' },
   { key: 'engine', kind: kinds.engine, arg: 'NAME', help: 'engine backend: auto, native or vulkan (default auto)' },
   { key: 'vulkan-device', kind: stringKind('part of a Vulkan device name'), arg: 'NAME', help: 'the Vulkan device to use (default: the first suitable one)' },
-  { key: 'completion-poll-us', kind: intKind(0, 100_000, 'a number of microseconds'), arg: 'US', help: 'poll up to US µs for a GPU job to finish instead of sleeping; spends a core while polling (default 1000 on a GPU with ≥ 4 CPUs, else 0)' },
+  { key: 'completion-poll-us', kind: intKind(0, 100_000, 'a number of microseconds'), arg: 'US', help: 'poll up to US µs for a GPU job to finish, and for the next GPU launch after one, instead of sleeping; spends a core while polling (default 1000 on a GPU with ≥ 4 CPUs, else 0)' },
   // Surviving a crash or an upgrade (issue 9, src/persist/serve.ts).
   { key: 'state-dir', kind: pathKind, arg: 'DIR', help: "restartable: the fd keeper's socket and log live here; started again with the same options it adopts the running VMs" },
   { key: 'keeper', kind: socketKind, arg: 'SOCKET', help: "restartable: the fd keeper's socket (default DIR/keeper.sock)" },
