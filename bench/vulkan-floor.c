@@ -106,14 +106,12 @@ static void* hostBuffer(VkBuffer* buf, VkMemoryPropertyFlags prefer) {
   return map;
 }
 
-// Descriptor sets, cancel words and the command buffer, as the engine writes them per launch.
-static void record(void) {
-  CHECK(vkResetDescriptorPool(dev, dpool, 0));
+// The engine's two descriptor sets from pool: set 0 empty, set 1 the control block.
+static void allocSets(VkDescriptorPool pool, VkDescriptorSet sets[2]) {
   VkDescriptorSetAllocateInfo da = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  da.descriptorPool = dpool;
+  da.descriptorPool = pool;
   da.descriptorSetCount = 2;
   da.pSetLayouts = dsl;
-  VkDescriptorSet sets[2];
   CHECK(vkAllocateDescriptorSets(dev, &da, sets));
   VkDescriptorBufferInfo bi = {control, 0, 8};
   VkWriteDescriptorSet w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -122,6 +120,13 @@ static void record(void) {
   w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
   w.pBufferInfo = &bi;
   vkUpdateDescriptorSets(dev, 1, &w, 0, NULL);
+}
+
+// Descriptor sets, cancel words and the command buffer, as the engine writes them per launch.
+static void record(void) {
+  CHECK(vkResetDescriptorPool(dev, dpool, 0));
+  VkDescriptorSet sets[2];
+  allocSets(dpool, sets);
   controlWords[0] = controlWords[1] = 0;
   CHECK(vkResetCommandPool(dev, cpool, 0));
   VkCommandBufferBeginInfo cb = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
@@ -137,22 +142,25 @@ static void record(void) {
   CHECK(vkEndCommandBuffer(cmd));
 }
 
-static void submit(const uint64_t* signal) {
+// One submission of c, signalling the fence f and/or the timeline semaphore sem at *signal.
+static void submitTo(VkCommandBuffer c, VkFence f, VkSemaphore sem, const uint64_t* signal) {
   VkTimelineSemaphoreSubmitInfo ti = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
   VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd;
+  si.pCommandBuffers = &c;
   if (signal) {
     ti.signalSemaphoreValueCount = 1;
     ti.pSignalSemaphoreValues = signal;
     si.pNext = &ti;
     si.signalSemaphoreCount = 1;
-    si.pSignalSemaphores = &timeline;
-    CHECK(vkQueueSubmit(queue, 1, &si, VK_NULL_HANDLE));
-  } else {
-    CHECK(vkResetFences(dev, 1, &fence));
-    CHECK(vkQueueSubmit(queue, 1, &si, fence));
+    si.pSignalSemaphores = &sem;
   }
+  CHECK(vkQueueSubmit(queue, 1, &si, f));
+}
+
+static void submit(const uint64_t* signal) {
+  if (!signal) CHECK(vkResetFences(dev, 1, &fence));
+  submitTo(cmd, signal ? VK_NULL_HANDLE : fence, timeline, signal);
 }
 
 static void waitFence(void) {
@@ -171,19 +179,8 @@ static void recordReplays(void) {
   dpi.pPoolSizes = &ps;
   VkDescriptorPool pool;
   CHECK(vkCreateDescriptorPool(dev, &dpi, NULL, &pool));
-  VkDescriptorSetAllocateInfo da = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  da.descriptorPool = pool;
-  da.descriptorSetCount = 2;
-  da.pSetLayouts = dsl;
   VkDescriptorSet sets[2];
-  CHECK(vkAllocateDescriptorSets(dev, &da, sets));
-  VkDescriptorBufferInfo bi = {control, 0, 8};
-  VkWriteDescriptorSet w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-  w.dstSet = sets[1];
-  w.descriptorCount = 1;
-  w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-  w.pBufferInfo = &bi;
-  vkUpdateDescriptorSets(dev, 1, &w, 0, NULL);
+  allocSets(pool, sets);
   VkCommandPoolCreateInfo cpci = {VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   CHECK(vkCreateCommandPool(dev, &cpci, NULL, &replayPool));
   VkCommandBufferAllocateInfo cai = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
@@ -228,20 +225,7 @@ static void recordReplays(void) {
   }
 }
 
-static void submitReplay(VkCommandBuffer c, VkFence f, const uint64_t* signal) {
-  VkTimelineSemaphoreSubmitInfo ti = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-  VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &c;
-  if (signal) {
-    ti.signalSemaphoreValueCount = 1;
-    ti.pSignalSemaphoreValues = signal;
-    si.pNext = &ti;
-    si.signalSemaphoreCount = 1;
-    si.pSignalSemaphores = &spinTimeline;
-  }
-  CHECK(vkQueueSubmit(queue, 1, &si, f));
-}
+static void submitReplay(VkCommandBuffer c, VkFence f, const uint64_t* signal) { submitTo(c, f, spinTimeline, signal); }
 
 static void spinFence(void) {
   while (vkWaitForFences(dev, 1, &fence, VK_TRUE, 0) == VK_TIMEOUT) {
