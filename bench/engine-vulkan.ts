@@ -496,7 +496,7 @@ export async function main(argv: string[]): Promise<void> {
   console.log(`results: ${args.out}`);
 }
 
-function svg(r: { device: { name: string }; gemm: Record<string, unknown>[]; nop: { vulkan: { p50Us: number } } }): string {
+export function svg(r: { device: { name: string }; gemm: Record<string, unknown>[]; nop: { vulkan: { p50Us: number } } }): string {
   // Grouped bars: TFLOP/s per size for engine (VRAM), engine (sysmem), direct, cuBLAS with transfers, CPU engine.
   const series: [string, string, (row: Record<string, unknown>) => number | undefined][] = [
     ['engine, VRAM', '#2e7d32', (x) => (x.vram as { tflops?: number } | undefined)?.tflops],
