@@ -382,12 +382,12 @@ export async function main(argv: string[]): Promise<void> {
         else process.env.VUGPU_VK_ONE_QUEUE_BYTES = saved;
         (row[where] as Record<string, unknown>).queueSweepBestMs = sweep;
       }
-      // FMMUL's tile where the plan may pick 64×64 (fewer than 128 workgroups of 128×128): the
-      // forms interleaved (32 = 32×64 tiles), best wall and the dispatch span (timestamps).
+      // FMMUL's tile where the plan may pick 64×64 (fewer than 128 workgroups of 128×128):
+      // both forms interleaved, best wall and the dispatch span (timestamps).
       if (where === 'vram' && info.memory === 'device' && n <= 2048) {
         const tiles: Record<string, { bestMs: number; kernelMs: number }> = {};
         for (let round = 0; round < 3; round++) {
-          for (const tile of [32, 64, 128] as const) {
+          for (const tile of [64, 128] as const) {
             setGemmGpuTile(tile);
             if (round === 0) await ch.launch(K.FMMUL, o.bufs, p);  // compiles the other form
             o.c.fill(NaN);
@@ -397,7 +397,7 @@ export async function main(argv: string[]): Promise<void> {
             const kern = (native.vulkanStats().computeNs - s0) / k / 1e6;
             setGemmGpuTile();
             const bad = check(n, o.a, o.b, o.c, 64);
-            if (!(bad <= 1)) throw new Error(`engine FMMUL ${n} (${tile}-row tiles) is wrong: error ${bad} × tolerance`);
+            if (!(bad <= 1)) throw new Error(`engine FMMUL ${n} (${tile}×${tile} tiles) is wrong: error ${bad} × tolerance`);
             const prev = tiles[`tile${tile}`];
             if (!prev || Math.min(...t) < prev.bestMs) tiles[`tile${tile}`] = { bestMs: Math.min(...t), kernelMs: kern };
           }

@@ -121,17 +121,13 @@ export function setGemmKSliceForTests(k?: number): void {
 export const FMMUL_GPU_SPV = 'native/shaders/builtins/fmmul_gpu.spv';
 /** Its form for small n (64×64 tiles, 4×4 outputs per invocation; the same bits). */
 export const FMMUL_GPU64_SPV = 'native/shaders/builtins/fmmul_gpu64.spv';
-/** Its form in 32×64 tiles (rows × columns; 2×4 outputs per invocation; the same bits): twice the
- *  workgroups of a 64×64 grid, for launches staged in row panels (measurement: setGemmGpuTile(32)). */
-export const FMMUL_GPU32_SPV = 'native/shaders/builtins/fmmul_gpu32.spv';
 /** Below this many 128×128 workgroups FMMUL takes 64×64 tiles: 1024³ has 64 of them, and an
  *  H100 has 132 SMs (measured: bench/results/engine-vulkan.json). */
 const GEMM_GPU_SMALL_GRID = 128;
-/** Tests and measurement: force FMMUL's GPU tile (rows: 32 = 32×64, 64 or 128); undefined
- *  restores the rule. */
-let gemmGpuTileOverride: 32 | 64 | 128 | undefined;
-export function setGemmGpuTile(tile?: 32 | 64 | 128): void {
-  if (tile !== undefined && tile !== 32 && tile !== 64 && tile !== 128) throw new RangeError(`GEMM GPU tile ${String(tile)}`);
+/** Tests and measurement: force FMMUL's GPU tile (64 or 128); undefined restores the rule. */
+let gemmGpuTileOverride: 64 | 128 | undefined;
+export function setGemmGpuTile(tile?: 64 | 128): void {
+  if (tile !== undefined && tile !== 64 && tile !== 128) throw new RangeError(`GEMM GPU tile ${String(tile)}`);
   gemmGpuTileOverride = tile;
 }
 
@@ -244,14 +240,14 @@ function planAdd(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null 
 /** GEMM launches for an m×m tile grid summing k in [0, depth): slices of `slice` (a tile of
  * `tile` rows). `panels`: the panel rows of each launch (see BuiltinDispatch.panelRowBytes). */
 function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number, i: number) => Uint8Array,
-                      tile = 64, slice = GEMM_K_SLICE, panels?: number[], colTile = tile): BuiltinDispatch[] {
-  const tiles = Math.ceil(m / tile), colTiles = Math.ceil(m / colTile);
+                      tile = 64, slice = GEMM_K_SLICE, panels?: number[]): BuiltinDispatch[] {
+  const tiles = Math.ceil(m / tile);
   const out: BuiltinDispatch[] = [];
   if (m === 0) return out;
   let k0 = 0;
   do {
     const k1 = Math.min(depth, k0 + slice);
-    const d: BuiltinDispatch = { grid: [colTiles, tiles, 1], push: pushFor(k0, k1, out.length) };
+    const d: BuiltinDispatch = { grid: [tiles, tiles, 1], push: pushFor(k0, k1, out.length) };
     if (panels) d.panelRowBytes = panels;
     out.push(d);
     k0 = k1;
@@ -264,8 +260,8 @@ function gemmLaunches(m: number, depth: number, pushFor: (k0: number, k1: number
  * elements: each shader stores every element of its workgroup's tile — gemm.glsl (mmul.comp,
  * fmmul.comp): rows row0 + ty + 16·i and columns col0 + tx + 16·j, i, j < 4, a 64×64 tile;
  * fmmul_gpu.comp: rows ty·4 + i and 64 + ty·4 + i, column quads tx and 16 + tx, a 128×128 tile;
- * fmmul_gpu64.comp: rows ty·4 + i, column quad tx, a 64×64 tile; fmmul_gpu32.comp: rows
- * ty·2 + i, column quad tx, a 32×64 tile (n % 4 == 0, so a quad is all in or all out) — skipping only rows or columns ≥ n, with no
+ * fmmul_gpu64.comp: rows ty·4 + i, column quad tx, a 64×64 tile
+ * (n % 4 == 0, so a quad is all in or all out) — skipping only rows or columns ≥ n, with no
  * other condition on the store; the grid is ceil(n / tile) tiles each way (gemmLaunches), so
  * the stores cover all n×n. Later slices add into C (accumulate = 1) and read it: not declared.
  * A longer binding has bytes past n·n that no launch writes: not declared either.
@@ -297,10 +293,9 @@ function planFmul(p: Uint8Array, lengths: readonly number[]): BuiltinPlan | null
   // into C when accumulate (byte 12) is set: B (binding 1) can stream by its rows.
   const kStream: KStream = { binding: 1, rowBytes: 4 * n, k0Offset: 4, k1Offset: 8, accumulateOffset: 12 };
   const tile = gemmGpuTileOverride ?? (Math.ceil(n / 128) ** 2 < GEMM_GPU_SMALL_GRID ? 64 : 128);
-  const colTile = tile === 32 ? 64 : tile;
-  const dispatches = overwritesC(gemmLaunches(n, n, pushFor, tile, slice, [tile * 4 * n, 0, tile * 4 * n], colTile), n, lengths);
+  const dispatches = overwritesC(gemmLaunches(n, n, pushFor, tile, slice, [tile * 4 * n, 0, tile * 4 * n]), n, lengths);
   for (const d of dispatches) d.kStream = kStream;
-  return { spv: tile === 32 ? FMMUL_GPU32_SPV : tile === 64 ? FMMUL_GPU64_SPV : FMMUL_GPU_SPV, dispatches };
+  return { spv: tile === 64 ? FMMUL_GPU64_SPV : FMMUL_GPU_SPV, dispatches };
 }
 
 function layerDims(p: Uint8Array): [number, number] | null {
