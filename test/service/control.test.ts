@@ -164,6 +164,10 @@ describe('control API', () => {
     // engine native: no program device, so no completion polling asked for
     expect(text).toMatch(/^vugpu_completion_poll_budget_microseconds 0$/m);
     expect(text).toMatch(/^vugpu_completion_polls_total\{end="expired"\} \d+$/m);
+    // the pool threads' polls after device tasks (counted process-wide)
+    expect(text).toContain('# TYPE vugpu_pool_polls_total counter');
+    expect(text).toMatch(/^vugpu_pool_polls_total\{end="job"\} \d+$/m);
+    expect(text).toMatch(/^vugpu_pool_polls_total\{end="expired"\} \d+$/m);
     const json = v.metrics.snapshot();
     expect(json.families?.control_requests_total?.length).toBeGreaterThan(3);
   });
