@@ -79,6 +79,13 @@ function maybeStop(): void {
   }
 }
 
+/** The pool threads' poll after a device task: the completion-poll budget (at most 10 ms), or
+ * VUGPU_POOL_POLL_US (A/B measurement; 0 = off). */
+function poolPollUs(): number {
+  const v = Number(process.env.VUGPU_POOL_POLL_US);
+  return process.env.VUGPU_POOL_POLL_US !== undefined && Number.isInteger(v) && v >= 0 && v <= 10_000 ? v : Math.min(pollUs, 10_000);
+}
+
 /** Threads for the shared pool (VUGPU_POOL_THREADS, default 2). */
 function poolThreads(): number {
   const n = Number(process.env.VUGPU_POOL_THREADS ?? 2);
@@ -132,7 +139,7 @@ export const jobPool = {
     else pollWanted.delete(owner);
     pollUs = 0;
     for (const v of pollWanted.values()) pollUs = Math.max(pollUs, v);
-    native.poolSetPoll(Math.min(pollUs, 10_000));
+    native.poolSetPoll(poolPollUs());
   },
 
   get completionPollUs(): number {
@@ -147,7 +154,7 @@ export const jobPool = {
   /** The pool threads' polls after device tasks: those that found the next job, and those that
    * ended at the bound. */
   get poolPollCounts(): { hits: number; misses: number } {
-    return native.poolSetPoll(Math.min(pollUs, 10_000));
+    return native.poolSetPoll(poolPollUs());
   },
 };
 

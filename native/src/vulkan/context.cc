@@ -598,7 +598,9 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   }
   di.queueFamily = uint32_t(fam);
   di.timestamps = tsBits > 0 && L.timestampPeriod > 0;
-  di.hostQueryReset = ctx->fn.vkResetQueryPool != nullptr;
+  // VUGPU_VK_CMD_QUERY_RESET=1: reset them in the command buffer anyway (A/B measurement).
+  const char* cmdReset = getenv("VUGPU_VK_CMD_QUERY_RESET");
+  di.hostQueryReset = ctx->fn.vkResetQueryPool != nullptr && !(cmdReset && *cmdReset == '1');
   di.timestampPeriod = L.timestampPeriod;
   di.timestampMask = tsBits >= 64 ? ~0ull : ((1ull << tsBits) - 1);
   di.importAlign = uint32_t(std::max<VkDeviceSize>(hostp.minImportedHostPointerAlignment, 1));
