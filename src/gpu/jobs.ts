@@ -82,8 +82,9 @@ function maybeStop(): void {
 /** The pool threads' poll after a device task: the completion-poll budget (at most 10 ms), or
  * VUGPU_POOL_POLL_US (A/B measurement; 0 = off). */
 function poolPollUs(): number {
-  const v = Number(process.env.VUGPU_POOL_POLL_US);
-  return process.env.VUGPU_POOL_POLL_US !== undefined && Number.isInteger(v) && v >= 0 && v <= 10_000 ? v : Math.min(pollUs, 10_000);
+  const env = process.env.VUGPU_POOL_POLL_US?.trim();
+  const v = Number(env);
+  return env && Number.isInteger(v) && v >= 0 && v <= 10_000 ? v : Math.min(pollUs, 10_000);
 }
 
 /** Threads for the shared pool (VUGPU_POOL_THREADS, default 2). */
