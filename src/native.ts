@@ -267,13 +267,13 @@ export interface NativeAddon extends VulkanAddon {
    * Idempotent; the pool can be started again. */
   poolStop(): void;
   /** How long a pool thread that just ran a device task (a Vulkan dispatch) polls for the next
-   * job before it sleeps (0–10,000 µs; 0 = never; process-wide, kept across poolStart). Returns
-   * the polls so far that ended with a job (hits) and at the bound (misses). */
-  poolSetPoll(us: number): { hits: number; misses: number };
+   * job before it sleeps (0–10,000 µs; 0 = never; process-wide, kept across poolStart). */
+  poolSetPoll(us: number): void;
   /** Where pool jobs' time went, per kind (cpu: kernels and copies; task: device tasks such as
    * Vulkan dispatches): jobs run, and sums in ns of queued (submitted → taken by a thread), run,
-   * after (run end → handed to JS) and deliver (→ the JS thread's completion callback). */
-  poolStats(): Record<'cpu' | 'task', { jobs: number; queueNs: number; runNs: number; afterNs: number; deliverNs: number }>;
+   * after (run end → handed to JS) and deliver (→ the JS thread's completion callback); and the
+   * pool threads' polls after device tasks that found the next job (hits) or ended at the bound. */
+  poolStats(): Record<'cpu' | 'task', { jobs: number; queueNs: number; runNs: number; afterNs: number; deliverNs: number }> & { polls: { hits: number; misses: number } };
   /** Queue a kernel. windows/lengths are trusted host ranges (from mapWindow, mmap or addressOf)
    * that must stay mapped until the job completes. Kernel-side errors (unknown id, wrong buffer
    * count, sizes) come back as the completion status. Throws only on malformed arguments. */

@@ -155,7 +155,7 @@ export const jobPool = {
   /** The pool threads' polls after device tasks: those that found the next job, and those that
    * ended at the bound. */
   get poolPollCounts(): { hits: number; misses: number } {
-    return native.poolSetPoll(poolPollUs());
+    return native.poolStats().polls;
   },
 };
 
