@@ -8,6 +8,8 @@
 #   3. bench/gpu-host-guests.ts --large: stock QEMU guests (TCG) through vugpu on the GPU — sample
 #      programs, program attacks, the suite, the hostile suite beside a co-tenant and a canary →
 #      gpu-host-guests.json/.log.
+#   4. bench/device-lost.ts: real device losses (an injected GPU page fault) under three
+#      channels' work, recovered → device-lost.json/.log. Last: a fault must not disturb the rest.
 # glslangValidator (bench:programs compiles new SGEMM variants) comes xz-packed in .dev/ when the
 # host has none. At most 8 files come back from $OUT: the logs of step 2 travel as one archive.
 set -uo pipefail
@@ -32,5 +34,7 @@ S=$T/suite-out && mkdir -p "$S"
 OUT=$S VUGPU_BUNDLE=${VUGPU_BUNDLE:-build/vugpu-bundle.tar.xz} timeout 200 bash bench/gpu-host-suite.sh >"$S/run.log" 2>&1
 tar -czf "$OUT/suite-logs.tgz" -C "$S" .
 ( . "$B/libexec/vugpu-env.sh" && timeout 280 "$B/node/bin/node" "$B/bench/gpu-host-guests.ts" --large --out "$OUT" ) >"$OUT/guests-run.log" 2>&1
+( . "$B/libexec/vugpu-env.sh" && timeout 120 "$B/node/bin/node" bench/device-lost.ts 2>&1 | grep -v '"level":30' | tail -40 ) >"$OUT/device-lost.log" 2>&1
+cp bench/results/device-lost.json "$OUT/" 2>/dev/null
 ls -la "$OUT"
 exit 0

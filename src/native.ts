@@ -72,6 +72,10 @@ export interface VulkanDeviceInfo {
   robustStorageAlign: number; // bounds checks round a binding's length up to this (1 = exact)
   nullDescriptor: boolean;    // zero-length bindings allowed
   cancelWordDeviceLocal: boolean;
+  /** VK_EXT_device_fault: a loss's log line says what the device reported as faulting. */
+  deviceFault: boolean;
+  /** Buffer device address enabled for vulkanInjectFault (VUGPU_TEST_HOOKS=1 at open, GPUs only). */
+  faultInjection: boolean;
   memory: 'import' | 'device'; // zero-copy host imports, or device-local copies per launch
   /** New pipelines are dispatched once on a private device before their first launch, so a CPU
    * device's JIT (lavapipe) stays off the shared queue (native/src/vulkan/program.cc). */
@@ -135,14 +139,20 @@ export interface VulkanAddon {
    * where the pool thread's time per dispatch went (sums: setup = lane, imports, staging and
    * descriptors; record; queueSubmit = vkQueueSubmit; wait = until the fence; finish =
    * timestamps and write-back); replays: launches that submitted the command buffer their lane
-   * recorded for the identical launch before it. */
+   * recorded for the identical launch before it; lastLoss: the last loss's log text (where it
+   * was seen, and what the device said faulted where it has VK_EXT_device_fault), "" before any. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number; lastLoss: string;
     dispatchPhases: { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number };
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;
+  /** Test hook (VUGPU_TEST_HOOKS=1, a GPU opened with them): really lose the device — dispatch
+   * `words` (build/spirv/native/shaders/test/fault.spv), which writes to `address` through a
+   * buffer reference; nothing maps it, so the GPU faults. Returns the VkResult name its own
+   * fence wait saw; RangeError on a CPU device (the fault would crash the process). */
+  vulkanInjectFault(words: Uint32Array, address: bigint): string;
   /** Benchmark reference: a raw module run straight through Vulkan with pinned-memory transfers
    * (copies in, one dispatch, writable buffers copied back; results land in the given buffers). */
   vulkanDirectRun(job: { words: Uint32Array; buffers: ArrayBufferView[]; writable: boolean[]; push?: Uint8Array;

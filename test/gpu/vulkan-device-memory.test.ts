@@ -19,6 +19,7 @@ import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
 import { builtinPlan, FMMUL_GPU64_SPV, FMMUL_GPU_SPV, gpuVariantsOn, setGemmGpuTile, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';
 import { buf, params, rig, rng, type GpuBuf, type Rig } from './helpers.ts';
+import { lossRig, lossRound } from './device-loss-scenario.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const DEVICE = process.env.VUGPU_TEST_VULKAN_DEVICE ?? 'llvmpipe';
@@ -494,6 +495,36 @@ describe('device-memory path (forced on the test device)', () => {
     chB.bind();
     await chB.launch(K.LOOP, [{ va: rec.va, length: 24 }], params(['u64', 1000n], ['u64', 0n], ['u32', 1]));
   }, 30_000);
+
+  it('device loss under three channels\' work (the round bench/device-lost.ts runs on a GPU with a real fault): nothing wrong, all run again', async () => {
+    const L = await lossRig(r, 96);
+    const A = L.x.f32.slice(0, 96 * 96), B = L.y.f32.slice(0, 96 * 96);
+    expectGemmClose(96, A, B, new Float32Array(L.ref.buffer), nativeFmmul(96, A, B));
+    for (let round = 0; round < 2; round++) {
+      const res = await lossRound(L, () => String(native.vulkanSimulateLoss()), 8);
+      expect(res).toMatchObject({ lose: 'true', pass: true, problems: [], bCode: CHAN_ERR.ENGINE_LOST, aKept: true,
+        c: { wrong: 0, otherErrors: [] }, stats: { losses: 1, rebuilds: 1, generationUp: true }, after: { a: true, b: true, c: true } });
+      expect(res.c.ok + res.c.engineLost).toBe(8);
+      expect(res.lastLoss).toBe('simulated by a test hook');
+    }
+  }, 60_000);
+
+  it('the real-fault hook refuses a CPU device, and a guest cannot load its module', async () => {
+    const words = new Uint32Array(readFileSync(path.join(ROOT, 'build/spirv/native/shaders/test/fault.spv')).buffer.slice(0));
+    if (backend.deviceInfo.type === 'cpu') {
+      expect(backend.deviceInfo.faultInjection).toBe(false);
+      expect(() => native.vulkanInjectFault(words, 0x1000n)).toThrow(/CPU device/);
+    }
+    expect(() => native.vulkanInjectFault(new Uint8Array(4) as unknown as Uint32Array, 0x1000n)).toThrow(TypeError);
+    // As a guest program: refused by the validator (buffer device address), never compiled.
+    const mod = r.drv.programBuffer(r.vm, new Uint8Array(words.buffer));
+    const out = r.vram(4096);
+    const e = await r.ch.launchProgram(mod, { grid: [1, 1, 1], push: new Uint8Array(8), buffers: [{ va: out.va, length: 4096 }] })
+      .then(() => null, (x: unknown) => x);
+    expect(e).toBeInstanceOf(GpuError);
+    expect((e as GpuError).code).toBe(CHAN_ERR.BAD_PROGRAM);
+    r.ch.bind();
+  });
 });
 
 describe('FMMUL GPU form, zero-copy', () => {

@@ -390,6 +390,8 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   VkPhysicalDevice16BitStorageFeatures s16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
   VkPhysicalDeviceRobustness2FeaturesEXT rob2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ROBUSTNESS_2_FEATURES_EXT};
+  VkPhysicalDeviceFaultFeaturesEXT faultf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FAULT_FEATURES_EXT};
+  const bool haveFault = Has(exts, VK_EXT_DEVICE_FAULT_EXTENSION_NAME);
   // 1.2+: the Vulkan11/12 aggregates; 1.1: only what is core there (16-bit storage).
   if (v12) {
     f2.pNext = &f11;
@@ -399,6 +401,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
     f2.pNext = &s16;
     s16.pNext = &rob2;
   }
+  if (haveFault) rob2.pNext = &faultf;
   ifn.vkGetPhysicalDeviceFeatures2(chosen, &f2);
   if (p2.properties.limits.maxBoundDescriptorSets < 2) {
     *err = std::string(base.deviceName) + " binds fewer than 2 descriptor sets";
@@ -459,6 +462,21 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   if (timeline) e12.timelineSemaphore = VK_TRUE;
   const bool hostQueryReset = v12 && f12.hostQueryReset;
   if (hostQueryReset) e12.hostQueryReset = VK_TRUE;
+  // VK_EXT_device_fault: after a loss, the driver says what faulted (address, kind, vendor
+  // text); MarkLost puts it in the one log line.
+  VkPhysicalDeviceFaultFeaturesEXT efault{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FAULT_FEATURES_EXT};
+  const bool deviceFault = haveFault && faultf.deviceFault;
+  if (deviceFault) {
+    efault.deviceFault = VK_TRUE;
+    erob2.pNext = &efault;
+  }
+  // Buffer device address only for the fault-injection test hook (VUGPU_TEST_HOOKS=1, a GPU):
+  // guest programs can never use it (the validator refuses PhysicalStorageBufferAddresses), and
+  // a server started without the hooks never enables it.
+  const char* hooks = getenv("VUGPU_TEST_HOOKS");
+  const bool faultInjection = hooks && std::string(hooks) == "1" && v12 && f12.bufferDeviceAddress &&
+                              base.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+  if (faultInjection) e12.bufferDeviceAddress = VK_TRUE;
 
   uint32_t tsBits = 0;
   int fam = ComputeFamily(ifn, chosen, &tsBits);
@@ -493,6 +511,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   std::vector<const char*> enable = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME,
                                      VK_EXT_ROBUSTNESS_2_EXTENSION_NAME};
   if (!v12 && haveDrv) enable.push_back(VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
+  if (deviceFault) enable.push_back(VK_EXT_DEVICE_FAULT_EXTENSION_NAME);
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.pNext = &e2;
   dci.queueCreateInfoCount = xfam >= 0 ? 2 : 1;
@@ -514,6 +533,9 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
 #undef X
   if (hostQueryReset)
     ctx->fn.vkResetQueryPool = reinterpret_cast<PFN_vkResetQueryPool>(ifn.vkGetDeviceProcAddr(ctx->device, "vkResetQueryPool"));
+  if (deviceFault)
+    ctx->fn.vkGetDeviceFaultInfoEXT =
+        reinterpret_cast<PFN_vkGetDeviceFaultInfoEXT>(ifn.vkGetDeviceProcAddr(ctx->device, "vkGetDeviceFaultInfoEXT"));
   ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(fam), 0, &ctx->queue);
   ctx->compQ = {ctx->queue, &ctx->queueMu};
   ctx->upQ = ctx->downQ = ctx->compQ;
@@ -607,6 +629,8 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   di.robustStorageAlign = uint32_t(std::max<VkDeviceSize>(rob2p.robustStorageBufferAccessSizeAlignment, 1));
   di.nullDescriptor = rob2.nullDescriptor;
   di.cancelWordDeviceLocal = dl >= 0;
+  di.deviceFault = ctx->fn.vkGetDeviceFaultInfoEXT != nullptr;
+  di.faultInjection = faultInjection;
 
   spirv::Limits& lim = di.limits;  // starts at the envelope (program.h defaults)
   // Set 0 holds the guest's bindings, set 1 the control block.
@@ -670,14 +694,69 @@ void SetCurrentContext(std::shared_ptr<Context> c) {
   // old is released here, outside the lock (its destructor may wait for the device).
 }
 
-int MarkLost(Context& c, const char* where) {
+namespace {
+std::mutex g_lossMu;
+std::string g_lastLoss;  // the last loss's log text, for vulkanStats
+
+const char* FaultAddressKind(VkDeviceFaultAddressTypeEXT t) {
+  switch (t) {
+    case VK_DEVICE_FAULT_ADDRESS_TYPE_READ_INVALID_EXT: return "read of";
+    case VK_DEVICE_FAULT_ADDRESS_TYPE_WRITE_INVALID_EXT: return "write to";
+    case VK_DEVICE_FAULT_ADDRESS_TYPE_EXECUTE_INVALID_EXT: return "execution at";
+    case VK_DEVICE_FAULT_ADDRESS_TYPE_INSTRUCTION_POINTER_UNKNOWN_EXT:
+    case VK_DEVICE_FAULT_ADDRESS_TYPE_INSTRUCTION_POINTER_INVALID_EXT:
+    case VK_DEVICE_FAULT_ADDRESS_TYPE_INSTRUCTION_POINTER_FAULT_EXT: return "instruction at";
+    default: return "address";
+  }
+}
+
+// What the lost device says faulted (VK_EXT_device_fault), as "; device fault: …", or "".
+std::string FaultText(Context& c) {
+  if (!c.fn.vkGetDeviceFaultInfoEXT) return "";
+  VkDeviceFaultCountsEXT counts{VK_STRUCTURE_TYPE_DEVICE_FAULT_COUNTS_EXT};
+  if (c.fn.vkGetDeviceFaultInfoEXT(c.device, &counts, nullptr) != VK_SUCCESS) return "";
+  counts.addressInfoCount = std::min<uint32_t>(counts.addressInfoCount, 4);
+  counts.vendorInfoCount = std::min<uint32_t>(counts.vendorInfoCount, 4);
+  counts.vendorBinarySize = 0;
+  std::vector<VkDeviceFaultAddressInfoEXT> addr(counts.addressInfoCount);
+  std::vector<VkDeviceFaultVendorInfoEXT> vendor(counts.vendorInfoCount);
+  VkDeviceFaultInfoEXT fi{VK_STRUCTURE_TYPE_DEVICE_FAULT_INFO_EXT};
+  fi.pAddressInfos = addr.data();
+  fi.pVendorInfos = vendor.data();
+  VkResult r = c.fn.vkGetDeviceFaultInfoEXT(c.device, &counts, &fi);
+  if (r != VK_SUCCESS && r != VK_INCOMPLETE) return "";
+  std::string t = std::string("; device fault: ") + (fi.description[0] ? fi.description : "no description");
+  char line[160];
+  for (uint32_t i = 0; i < counts.addressInfoCount; i++) {
+    snprintf(line, sizeof line, "; %s 0x%llx (±0x%llx)", FaultAddressKind(addr[i].addressType),
+             (unsigned long long)addr[i].reportedAddress, (unsigned long long)addr[i].addressPrecision);
+    t += line;
+  }
+  for (uint32_t i = 0; i < counts.vendorInfoCount; i++) {
+    snprintf(line, sizeof line, "; %.100s (code 0x%llx)", vendor[i].description,
+             (unsigned long long)vendor[i].vendorFaultCode);
+    t += line;
+  }
+  return t;
+}
+}  // namespace
+
+std::string LastLoss() {
+  std::lock_guard<std::mutex> lk(g_lossMu);
+  return g_lastLoss;
+}
+
+int MarkLost(Context& c, const char* where, bool real) {
   c.lost.store(true);
   if (!c.lostLogged.exchange(true)) {
     GetImportStats().losses++;
+    std::string what = std::string(where) + (real ? FaultText(c) : "");
     fprintf(stderr,
             "vugpu: Vulkan device '%s' lost (%s): its queued and running launches fail with ENODEV "
             "(channel error ENGINE_LOST); the device is being rebuilt\n",
-            c.info.name.c_str(), where);
+            c.info.name.c_str(), what.c_str());
+    std::lock_guard<std::mutex> lk(g_lossMu);
+    g_lastLoss = what;
   }
   return -ENODEV;
 }

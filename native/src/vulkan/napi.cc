@@ -73,6 +73,8 @@ Napi::Object InfoObject(Napi::Env env, const vk::DeviceInfo& di) {
   o.Set("robustStorageAlign", di.robustStorageAlign);
   o.Set("nullDescriptor", di.nullDescriptor);
   o.Set("cancelWordDeviceLocal", di.cancelWordDeviceLocal);
+  o.Set("deviceFault", di.deviceFault);
+  o.Set("faultInjection", di.faultInjection);
   o.Set("memory", di.memoryMode);
   o.Set("warmUp", vk::WarmUpActive(di));
   o.Set("transferQueues", di.transferQueues);
@@ -525,6 +527,7 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("computeNs", double(s.computeNs.load()));
   std::shared_ptr<Context> c = Ctx();
   o.Set("generation", double(c ? c->generation : 0));
+  o.Set("lastLoss", vk::LastLoss());
   return o;
 }
 
@@ -540,8 +543,108 @@ Napi::Value VulkanSimulateLoss(const Napi::CallbackInfo& info) {
   }
   std::shared_ptr<Context> c = Ctx();
   if (!c) return Napi::Boolean::New(env, false);
-  vk::MarkLost(*c, "simulated by a test hook");
+  vk::MarkLost(*c, "simulated by a test hook", false);
   return Napi::Boolean::New(env, vk::RebuildAfterLoss(*c));
+}
+
+// Test hook: makes the open GPU really lose its device. vulkanInjectFault(words, address)
+// dispatches `words` (a module that writes through the buffer reference in its first 8 push
+// constant bytes) with `address`, which nothing maps: the GPU's MMU faults and the driver
+// loses the whole VkDevice (NVIDIA: Xid 31), the launches running on it included — which the
+// engine must then discover and recover from on its own paths. Returns the VkResult name its
+// own fence wait saw (10 s at most). Only with VUGPU_TEST_HOOKS=1 on a GPU opened with them:
+// on a CPU device the fault would be the server's own segfault.
+Napi::Value VulkanInjectFault(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* hooks = getenv("VUGPU_TEST_HOOKS");
+  if (!hooks || std::string(hooks) != "1") {
+    ThrowRangeError(env, "vulkanInjectFault needs VUGPU_TEST_HOOKS=1");
+    return env.Undefined();
+  }
+  if (info.Length() < 2 || !info[0].IsTypedArray() ||
+      info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array || !info[1].IsBigInt()) {
+    ThrowTypeError(env, "vulkanInjectFault(words: Uint32Array, address: bigint)");
+    return env.Undefined();
+  }
+  std::shared_ptr<Context> c = Ctx();
+  if (!c) {
+    ThrowRangeError(env, "vulkanInjectFault: no Vulkan device is open");
+    return env.Undefined();
+  }
+  if (!c->info.faultInjection) {
+    ThrowRangeError(env, "vulkanInjectFault: %s %s", c->info.name.c_str(),
+                    c->info.cpuDevice ? "is a CPU device (the fault would crash this process)"
+                                      : "was not opened with buffer device address (VUGPU_TEST_HOOKS=1 at open)");
+    return env.Undefined();
+  }
+  Napi::Uint32Array w = info[0].As<Napi::Uint32Array>();
+  bool lossless = false;
+  const uint64_t address = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  const vk::DeviceFns& f = c->fn;
+  VkShaderModule mod = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipe = VK_NULL_HANDLE;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  VkResult r;
+  VkShaderModuleCreateInfo sm{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  sm.codeSize = w.ElementLength() * 4;
+  sm.pCode = w.Data();
+  VkPushConstantRange pr{VK_SHADER_STAGE_COMPUTE_BIT, 0, 8};
+  VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  pl.pushConstantRangeCount = 1;
+  pl.pPushConstantRanges = &pr;
+  VkCommandPoolCreateInfo cp{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  cp.queueFamilyIndex = c->info.queueFamily;
+  VkFenceCreateInfo fc{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  if ((r = f.vkCreateShaderModule(c->device, &sm, nullptr, &mod)) == VK_SUCCESS &&
+      (r = f.vkCreatePipelineLayout(c->device, &pl, nullptr, &layout)) == VK_SUCCESS) {
+    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = mod;
+    ci.stage.pName = "main";
+    ci.layout = layout;
+    r = f.vkCreateComputePipelines(c->device, VK_NULL_HANDLE, 1, &ci, nullptr, &pipe);
+  }
+  if (r == VK_SUCCESS && (r = f.vkCreateCommandPool(c->device, &cp, nullptr, &pool)) == VK_SUCCESS &&
+      (r = f.vkCreateFence(c->device, &fc, nullptr, &fence)) == VK_SUCCESS) {
+    VkCommandBufferAllocateInfo ca{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ca.commandPool = pool;
+    ca.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ca.commandBufferCount = 1;
+    r = f.vkAllocateCommandBuffers(c->device, &ca, &cmd);
+  }
+  if (r == VK_SUCCESS) {
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    f.vkBeginCommandBuffer(cmd, &bi);
+    f.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    f.vkCmdPushConstants(cmd, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 8, &address);
+    f.vkCmdDispatch(cmd, 1, 1, 1);
+    r = f.vkEndCommandBuffer(cmd);
+  }
+  if (r == VK_SUCCESS) {
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd;
+    {
+      std::lock_guard<std::mutex> lk(*c->compQ.mu);
+      r = f.vkQueueSubmit(c->compQ.queue, 1, &si, fence);
+    }
+    if (r == VK_SUCCESS) r = f.vkWaitForFences(c->device, 1, &fence, VK_TRUE, 10'000'000'000ull);
+  }
+  // Destroying objects of a lost device is allowed; a fence that timed out is still pending on a
+  // live device, so its objects are left to the device's destruction.
+  if (r != VK_TIMEOUT) {
+    if (fence) f.vkDestroyFence(c->device, fence, nullptr);
+    if (pool) f.vkDestroyCommandPool(c->device, pool, nullptr);
+    if (pipe) f.vkDestroyPipeline(c->device, pipe, nullptr);
+  }
+  if (layout) f.vkDestroyPipelineLayout(c->device, layout, nullptr);
+  if (mod) f.vkDestroyShaderModule(c->device, mod, nullptr);
+  return Napi::String::New(env, vk::ResultName(r));
 }
 
 }  // namespace
@@ -552,6 +655,7 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports) {
   exports.Set("vulkanClose", Napi::Function::New(env, VulkanClose, "vulkanClose"));
   exports.Set("vulkanStats", Napi::Function::New(env, VulkanStats, "vulkanStats"));
   exports.Set("vulkanSimulateLoss", Napi::Function::New(env, VulkanSimulateLoss, "vulkanSimulateLoss"));
+  exports.Set("vulkanInjectFault", Napi::Function::New(env, VulkanInjectFault, "vulkanInjectFault"));
   exports.Set("vulkanDirectRun", Napi::Function::New(env, vk::DirectRunJs, "vulkanDirectRun"));
   exports.Set("submitProgramCompile",
               Napi::Function::New(env, SubmitProgramCompile, "submitProgramCompile"));

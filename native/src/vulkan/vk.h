@@ -73,6 +73,8 @@ struct DeviceFns {
 #undef X
   // Optional (Vulkan 1.2 hostQueryReset): set only when the feature was enabled.
   PFN_vkResetQueryPool vkResetQueryPool = nullptr;
+  // Optional (VK_EXT_device_fault): what the device says faulted, after a loss.
+  PFN_vkGetDeviceFaultInfoEXT vkGetDeviceFaultInfoEXT = nullptr;
 };
 
 // What JS sees as vulkanDevices() entries.
@@ -104,6 +106,8 @@ struct DeviceInfo {
   bool nullDescriptor = false;        // zero-length bindings become null descriptors
   bool cancelWordDeviceLocal = false; // control block in DEVICE_LOCAL|HOST_VISIBLE memory
   bool cpuDevice = false;             // VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): never spin-wait
+  bool deviceFault = false;           // VK_EXT_device_fault: a loss's log line says what faulted
+  bool faultInjection = false;        // buffer device address on for vulkanInjectFault (test hooks, GPUs)
   uint32_t queueFamily = 0;
   // Device-memory path (staging.cc): windows are copied into DEVICE_LOCAL buffers per launch
   // instead of bound zero-copy. On for GPUs whose imported host memory is not device-local.
@@ -217,8 +221,11 @@ void SetCurrentContext(std::shared_ptr<Context> c);
 // After a loss: open the same device again and make it current (at most one attempt per
 // second; false when it did not open). Programs recompile on it at their next launch.
 bool RebuildAfterLoss(const Context& lost);
-// Marks c lost and logs once (per device build); returns -ENODEV.
-int MarkLost(Context& c, const char* where);
+// Marks c lost and logs once (per device build), with what the device says faulted when it
+// can say (real: a loss the driver reported, not the test hook's simulation); returns -ENODEV.
+int MarkLost(Context& c, const char* where, bool real = true);
+// The last loss's text (where, and the device's fault report), "" before any.
+std::string LastLoss();
 
 // Opens the device whose name contains `want` (case-insensitive; empty = prefer a GPU over a
 // CPU device, else the first with a compute queue). Null with *err on failure.
