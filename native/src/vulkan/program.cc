@@ -1153,6 +1153,11 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     st = MarkLost(c, r == VK_ERROR_DEVICE_LOST ? "vkWaitForFences" : ResultName(r));
     break;
   }
+  // A fence of a lost device may still report success (the spec lets waits return VK_SUCCESS
+  // after a loss; the H200 signalled the running dispatch's fence and refused the next submit),
+  // so success is believed only while no other job has seen the loss — a launch that ended
+  // around it fails ENGINE_LOST instead of returning what the device may never have written.
+  if (st == 0 && c.lost.load()) st = -ENODEV;
   if (st == -ENODEV) {
     // The dispatch's state is unknown: its lane, imports and buffers are abandoned, never
     // reused or freed under it (a driver that pins imported pages keeps them).
@@ -1172,8 +1177,17 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   else if (status == spirv::STATUS_CANCELLED || cancelled) st = -ECANCELED;
   if (R.ts) {
     uint64_t ts[2] = {0, 0};
-    if (f.vkGetQueryPoolResults(c.device, lane->queries, 0, 2, sizeof ts, ts, 8,
-                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
+    const VkResult qr = f.vkGetQueryPoolResults(c.device, lane->queries, 0, 2, sizeof ts, ts, 8,
+                                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (qr == VK_ERROR_DEVICE_LOST) {
+      // The same doubt as above, found by the query read: the device is gone.
+      st = MarkLost(c, "vkGetQueryPoolResults");
+      R.abandoned = true;
+      RebuildAfterLoss(c);
+      *ns = std::max<uint64_t>(NowNs() - wall0, 1);
+      return st;
+    }
+    if (qr == VK_SUCCESS) {
       uint64_t d = (ts[1] - ts[0]) & di.timestampMask;
       devNs = uint64_t(double(d) * di.timestampPeriod);
       haveTs = true;
