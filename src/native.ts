@@ -139,12 +139,11 @@ export interface VulkanAddon {
    * where the pool thread's time per dispatch went (sums: setup = lane, imports, staging and
    * descriptors; record; queueSubmit = vkQueueSubmit; wait = until the fence; finish =
    * timestamps and write-back); replays: launches that submitted the command buffer their lane
-   * recorded for the identical launch before it; directBytes: outputs a kernel wrote straight
-   * into their host import (VUGPU_VK_DIRECT_WRITE) instead of a device copy; lastLoss: the last loss's log text (where it
+   * recorded for the identical launch before it; lastLoss: the last loss's log text (where it
    * was seen, and what the device said faulted where it has VK_EXT_device_fault), "" before any. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; zeroedBytes: number; directBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number; lastLoss: string;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number; lastLoss: string;
     dispatchPhases: { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number };
   };
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */

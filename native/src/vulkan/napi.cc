@@ -510,7 +510,6 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("downloadBytes", double(s.downloadBytes.load()));
   o.Set("bounceBytes", double(s.bounceBytes.load()));
   o.Set("zeroedBytes", double(s.zeroedBytes.load()));
-  o.Set("directBytes", double(s.directBytes.load()));
   o.Set("panels", double(s.panels.load()));
   o.Set("losses", double(s.losses.load()));
   o.Set("rebuilds", double(s.rebuilds.load()));

@@ -244,7 +244,6 @@ struct Group {
   HostImport* imp = nullptr;
   PoolBuf dev, bounce;
   int panel = -1;               // member streamed by rows (then the only member)
-  bool direct = false;          // its one member is written by the kernel straight into the import
 };
 
 // The first panel as slices of k (DispatchInput::KStream): slices = 1 means none.
@@ -457,25 +456,6 @@ void RecordCompute(Run& R, VkCommandBuffer cmd, VkDescriptorSet* sets, uint32_t 
   }
 }
 
-// An output the dispatch overwrites completely (MarkOverwritten) and that stands alone in an
-// imported group may be written by the kernel straight into the import — host memory, over the
-// bus — instead of into a zero-filled device copy that is written back after the kernel: its
-// bytes then cross the bus while the kernel still computes, not after it. One-panel launches
-// only (a panel plan already overlaps its write-backs with the next panel's compute); the k
-// stream is then off (its later slices read the output back). Results are the kernel's own
-// stores either way. VUGPU_VK_DIRECT_WRITE: 1 on, 0 off (default: off; measurement).
-void MarkDirect(Run& R, uint32_t panels) {
-  if (panels != 1 || !R.in.builtin || !EnvOr("VUGPU_VK_DIRECT_WRITE", 0)) return;
-  for (Group& g : R.groups) {
-    if (g.members.size() != 1 || !g.imp || g.bounce.buf) continue;
-    const size_t i = g.members[0];
-    if (!R.zeroed[i] || !R.writable[i]) continue;
-    g.direct = true;
-    GetImportStats().directBytes += R.in.lengths[R.prog.setBindings[i]];
-    ReleasePoolBuf(R.c, g.dev);  // no device copy
-  }
-}
-
 uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
   const DispatchInput& in = R.in;
   const uint32_t gy = in.grid[1];
@@ -522,9 +502,6 @@ void PlanKStream(Run& R, uint32_t panels) {
   const DispatchInput& in = R.in;
   const DispatchInput::KStream& k = in.kStream;
   if (!in.builtin || k.binding == UINT32_MAX || !R.c.info.staging) return;
-  // Slices after the first add into the output: a direct one would be read back over the bus.
-  for (const Group& g : R.groups)
-    if (g.direct) return;
   const uint64_t maxSlices = std::min<uint64_t>(EnvOr("VUGPU_VK_K_SLICES", kMaxKSlices), kMaxKSlices);
   if (maxSlices < 2 || k.rowBytes == 0) return;
   size_t bi = SIZE_MAX;
@@ -573,7 +550,6 @@ void PlanKStream(Run& R, uint32_t panels) {
 void PanelRegions(Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t rowsPer, bool down,
                   std::vector<VkBufferCopy>* out, std::vector<VkBufferCopy>* fills) {
   const DispatchInput& in = R.in;
-  if (g.direct) return;  // the kernel writes the import itself: no upload, fill or write-back
   if (g.panel >= 0) {
     uint32_t b = R.prog.setBindings[size_t(g.panel)];
     if (down && !R.writable[size_t(g.panel)]) return;
@@ -839,9 +815,6 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     if (st == -ENODEV) R.abandoned = true;
     return st;
   }
-  uint32_t rowsPer = R.in.grid[1];
-  const uint32_t panels = PanelCount(R, &rowsPer);
-  if (staged) MarkDirect(R, panels);
   for (size_t i = 0; i < prog.setBindings.size(); i++) {
     uint32_t b = prog.setBindings[i];
     if (R.groupOf[i] < 0) {
@@ -849,9 +822,11 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       continue;
     }
     const Group& g = R.groups[size_t(R.groupOf[i])];
-    VkBuffer buf = staged && !g.direct ? g.dev.buf : g.imp->buf;
+    VkBuffer buf = staged ? g.dev.buf : g.imp->buf;
     R.infos.push_back({buf, R.in.windows[b] - g.start, R.in.lengths[b]});
   }
+  uint32_t rowsPer = R.in.grid[1];
+  const uint32_t panels = PanelCount(R, &rowsPer);
   // One panel on a device without copy queues: one command buffer, nothing to overlap.
   // VUGPU_VK_CHAIN_ONE_QUEUE=1 runs the chain there anyway (tests: lavapipe has one queue).
   if (staged && (panels > 1 || di.transferQueues > 0 || EnvOr("VUGPU_VK_CHAIN_ONE_QUEUE", 0))) {
@@ -905,7 +880,6 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     for (uint64_t b : in.panelRowBytes) key.push_back(b);
     for (uint32_t k : R.ks.kBound) key.push_back(k);
     for (bool z : R.zeroed) key.push_back(z ? 1u : 0u);  // VUGPU_VK_UPLOAD_ALL changes them
-    for (const Group& g : R.groups) key.push_back(g.direct ? 1u : 0u);  // VUGPU_VK_DIRECT_WRITE
     for (const Group& g : R.groups) {
       key.push_back(g.imp ? g.imp->serial : 0);
       key.push_back(g.dev.serial);

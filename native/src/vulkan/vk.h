@@ -306,7 +306,6 @@ struct ImportStats {
   std::atomic<uint64_t> cacheHits{0};
   std::atomic<uint64_t> uploadBytes{0}, downloadBytes{0}, bounceBytes{0}, panels{0};
   std::atomic<uint64_t> zeroedBytes{0};  // overwritten bindings zero-filled on the device, not uploaded
-  std::atomic<uint64_t> directBytes{0};  // overwritten bindings the kernel wrote straight into their import
   std::atomic<uint64_t> rebuilds{0}, losses{0};
   std::atomic<uint64_t> warmUps{0};  // new pipelines dispatched once on the warm-up device (CPU devices)
   std::atomic<uint64_t> kSlices{0};  // first panels run as slices of k (KStream)
