@@ -17,7 +17,7 @@
 //     by its header's generator word would be the same shader to Mesa, a disk-cache read.
 // Writes bench/results/programs.json and programs.svg.
 //   node bench/programs.ts   env: VUGPU_BENCH_NOPS (600), VUGPU_BENCH_NOP_WARM_MS (300), VUGPU_BENCH_VEC (1048576), VUGPU_BENCH_SGEMM (256),
-//                            VUGPU_BENCH_REWRITE_ROUNDS (15)
+//                            VUGPU_BENCH_REWRITE_ROUNDS (15), VUGPU_BENCH_REWRITE_LARGE (1024: GPUs also run the rewrite cost there)
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -37,6 +37,7 @@ const NOP_WARM_MS = Number(process.env.VUGPU_BENCH_NOP_WARM_MS ?? 300);
 const VEC = Number(process.env.VUGPU_BENCH_VEC ?? 1 << 20);
 const SG = Number(process.env.VUGPU_BENCH_SGEMM ?? 256);
 const REWRITE_ROUNDS = Number(process.env.VUGPU_BENCH_REWRITE_ROUNDS ?? 15);
+const REWRITE_LARGE = Number(process.env.VUGPU_BENCH_REWRITE_LARGE ?? 1024);
 const REPS = 5;
 const BLOCK = 25;
 
@@ -241,6 +242,11 @@ async function main(): Promise<void> {
 
     // ---- the rewrite's cost: the same modules raw and rewritten, one Vulkan path ----
     const cases = rewriteCost(repoRoot, backend.limits, { n: SG, rounds: REWRITE_ROUNDS, reps: 3 });
+    // On a GPU a 256³ SGEMM is a ~12 µs kernel, where the rewrite's fixed code at entry and exit
+    // weighs most; the same cases at REWRITE_LARGE³ are the cost on work the size of a GEMM
+    // people run there (both kept: the small one is the size lavapipe can run).
+    if (backend.deviceInfo.type !== 'cpu' && REWRITE_LARGE > SG)
+      cases.push(...rewriteCost(repoRoot, backend.limits, { n: REWRITE_LARGE, rounds: REWRITE_ROUNDS, reps: 3 }));
     result.rewrite = {
       what: 'dispatch time of the module as the engine hands it to the driver (loop rewrite for this device + index clamps) / the raw module; vulkanDirectRun, modules alternated repetition by repetition, fastest of each call, median of per-round ratios',
       goal: 1.03, loopLimit: backend.limits.loopLimit, cases,
@@ -482,7 +488,7 @@ function svg(r: Record<string, unknown>): string {
   if (va.ratio !== null) bars.push({ label: 'vecadd program/FMADD', v: va.ratio, goal: null });
   bars.push({ label: 'canary NOP, module flood/solo', v: (r.flood as { ratioP50: number }).ratioP50, goal: 1.1 });
   bars.push({ label: 'SGEMM program/FMMUL', v: (r.sgemm as { ratio: number }).ratio, goal: null });
-  for (const c of (r.rewrite as { cases: RewriteCase[] }).cases) bars.push({ label: `${c.module.split(' ')[0]} rewritten/raw`, v: c.ratio, goal: 1.03 });
+  for (const c of (r.rewrite as { cases: RewriteCase[] }).cases) bars.push({ label: `${c.module.split(' ')[0]} ${c.n}³ rewritten/raw`, v: c.ratio, goal: 1.03 });
   const W = 620, bh = 24, x0 = 230, scale = 60;
   const items = bars.map((b, i) => {
     const y = 30 + i * (bh + 10);

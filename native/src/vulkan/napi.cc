@@ -531,16 +531,20 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// The test hooks exist only with VUGPU_TEST_HOOKS=1; else a RangeError naming the hook.
+bool TestHooksOn(Napi::Env env, const char* hook) {
+  const char* hooks = getenv("VUGPU_TEST_HOOKS");
+  if (hooks && std::string(hooks) == "1") return true;
+  ThrowRangeError(env, "%s needs VUGPU_TEST_HOOKS=1", hook);
+  return false;
+}
+
 // Test hook: behave as if the open device had returned VK_ERROR_DEVICE_LOST — launches queued or
 // running on it fail with -ENODEV — then rebuild it (synchronously). Only when
 // VUGPU_TEST_HOOKS=1 (tests), so a production server cannot be made to drop its work.
 Napi::Value VulkanSimulateLoss(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const char* hooks = getenv("VUGPU_TEST_HOOKS");
-  if (!hooks || std::string(hooks) != "1") {
-    ThrowRangeError(env, "vulkanSimulateLoss needs VUGPU_TEST_HOOKS=1");
-    return env.Undefined();
-  }
+  if (!TestHooksOn(env, "vulkanSimulateLoss")) return env.Undefined();
   std::shared_ptr<Context> c = Ctx();
   if (!c) return Napi::Boolean::New(env, false);
   vk::MarkLost(*c, "simulated by a test hook", false);
@@ -556,11 +560,7 @@ Napi::Value VulkanSimulateLoss(const Napi::CallbackInfo& info) {
 // on a CPU device the fault would be the server's own segfault.
 Napi::Value VulkanInjectFault(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const char* hooks = getenv("VUGPU_TEST_HOOKS");
-  if (!hooks || std::string(hooks) != "1") {
-    ThrowRangeError(env, "vulkanInjectFault needs VUGPU_TEST_HOOKS=1");
-    return env.Undefined();
-  }
+  if (!TestHooksOn(env, "vulkanInjectFault")) return env.Undefined();
   if (info.Length() < 2 || !info[0].IsTypedArray() ||
       info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array || !info[1].IsBigInt()) {
     ThrowTypeError(env, "vulkanInjectFault(words: Uint32Array, address: bigint)");
