@@ -137,6 +137,21 @@ export class Vugpu {
         return [{ labels: { end: 'job' }, value: p.hits }, { labels: { end: 'expired' }, value: p.misses }];
       },
     });
+    const vk = this.programs instanceof VulkanBackend ? this.programs : null;
+    if (vk) {
+      // Device losses (VK_ERROR_DEVICE_LOST, or a launch that found its device lost) and the
+      // rebuilds after them: a GPU that keeps faulting shows here before its guests complain.
+      this.metrics.addFamily({
+        name: 'program_device_losses_total', type: 'counter',
+        help: 'Losses of the program device (each failed its running and queued launches with ENGINE_LOST; the log line says what faulted).',
+        samples: () => [{ labels: {}, value: vk.lossCounts().losses }],
+      });
+      this.metrics.addFamily({
+        name: 'program_device_rebuilds_total', type: 'counter',
+        help: 'Rebuilds of the program device after a loss.',
+        samples: () => [{ labels: {}, value: vk.lossCounts().rebuilds }],
+      });
+    }
     this.metrics.addFamily({
       name: 'completion_poll_budget_microseconds', type: 'gauge',
       help: 'How long the JS thread polls for a job completion, and a pool thread for the next job after a device task, before sleeping (serve --completion-poll-us).',

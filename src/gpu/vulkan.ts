@@ -118,6 +118,12 @@ export class VulkanBackend implements ProgramBackend {
     return native.vulkanStats().generation;
   }
 
+  /** Device losses seen and rebuilds after them, since the process started (for /metrics). */
+  lossCounts(): { losses: number; rebuilds: number } {
+    const s = native.vulkanStats();
+    return { losses: s.losses, rebuilds: s.rebuilds };
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;

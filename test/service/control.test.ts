@@ -14,6 +14,7 @@ import { VfioUserClient } from '../../src/device-model/client.ts';
 import { ControlCounters, registerServiceMetrics, startControlServer, type ControlServer } from '../../src/service/control.ts';
 import { ControlClient, ctlMain, request } from '../../src/service/ctl.ts';
 import { nodeBinary } from '../../src/vm/server-process.ts';
+import { native } from '../../src/native.ts';
 
 const MIB = 1 << 20;
 let dir: string;
@@ -170,6 +171,27 @@ describe('control API', () => {
     expect(text).toMatch(/^vugpu_pool_polls_total\{end="expired"\} \d+$/m);
     const json = v.metrics.snapshot();
     expect(json.families?.control_requests_total?.length).toBeGreaterThan(3);
+  });
+
+  it('a service with a program device counts its losses and rebuilds', () => {
+    // engine auto: lavapipe here (a host without Vulkan has no program device, and no families)
+    const w = new Vugpu({ vms: [], vramSize: 64 * MIB, engine: 'auto' });
+    try {
+      const read = (name: string) => Number(new RegExp(`^vugpu_${name} (\\d+)$`, 'm').exec(w.metrics.renderPrometheus())?.[1]);
+      if (native.vulkanDevices().length === 0) return;  // no Vulkan here: no program device
+      expect(w.programs).not.toBeNull();
+      const before = [read('program_device_losses_total'), read('program_device_rebuilds_total')];
+      expect(before.every(Number.isFinite)).toBe(true);
+      process.env.VUGPU_TEST_HOOKS = '1';
+      try {
+        expect(native.vulkanSimulateLoss()).toBe(true);
+      } finally {
+        delete process.env.VUGPU_TEST_HOOKS;
+      }
+      expect([read('program_device_losses_total'), read('program_device_rebuilds_total')]).toEqual([before[0]! + 1, before[1]! + 1]);
+    } finally {
+      w.close();
+    }
   });
 
   it('versioned paths, methods and bodies', async () => {
