@@ -144,12 +144,12 @@ export class Vugpu {
       this.metrics.addFamily({
         name: 'program_device_losses_total', type: 'counter',
         help: 'Losses of the program device (each failed its running and queued launches with ENGINE_LOST; the log line says what faulted).',
-        samples: () => [{ labels: {}, value: vk.lossCounts().losses }],
+        samples: () => [{ labels: {}, value: vk.lossReport().losses }],
       });
       this.metrics.addFamily({
         name: 'program_device_rebuilds_total', type: 'counter',
         help: 'Rebuilds of the program device after a loss.',
-        samples: () => [{ labels: {}, value: vk.lossCounts().rebuilds }],
+        samples: () => [{ labels: {}, value: vk.lossReport().rebuilds }],
       });
     }
     this.metrics.addFamily({
@@ -359,6 +359,12 @@ export class Vugpu {
       return { totalBytes: total, sliceAreaBytes: area, freeBytes: area, largestFreeBytes: area };
     }
     return { totalBytes: total, sliceAreaBytes: a.size, freeBytes: a.size - a.s.inUse, largestFreeBytes: a.largestFree };
+  }
+
+  /** The program device's losses and rebuilds since start and the last loss's report; null
+   * without a Vulkan program device. */
+  programDeviceHealth(): { losses: number; rebuilds: number; lastLoss: string } | null {
+    return this.programs instanceof VulkanBackend ? this.programs.lossReport() : null;
   }
 
   close(): void {

@@ -118,10 +118,11 @@ export class VulkanBackend implements ProgramBackend {
     return native.vulkanStats().generation;
   }
 
-  /** Device losses seen and rebuilds after them, since the process started (for /metrics). */
-  lossCounts(): { losses: number; rebuilds: number } {
+  /** Device losses seen and rebuilds after them since the process started, and the last loss's
+   * log text ("" before any): /metrics and the control API's status. */
+  lossReport(): { losses: number; rebuilds: number; lastLoss: string } {
     const s = native.vulkanStats();
-    return { losses: s.losses, rebuilds: s.rebuilds };
+    return { losses: s.losses, rebuilds: s.rebuilds, lastLoss: s.lastLoss };
   }
 
   close(): void {

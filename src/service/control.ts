@@ -374,6 +374,7 @@ function status(v: Vugpu): Record<string, unknown> {
     pid: process.pid,
     policy: v.policyName,
     engine: v.metrics.snapshot().engine ?? null,
+    programDevice: v.programDeviceHealth(),
     vram: v.vramStatus(),
     vms: vms.length,
     attached: vms.filter((x) => x.state !== 'idle').length,

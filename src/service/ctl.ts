@@ -213,10 +213,12 @@ function render(verb: string, b: Record<string, unknown>, pos: string[]): string
     case 'status': {
       const vram = b.vram as Record<string, number>;
       const eng = b.engine as { backend?: string; device?: string } | null;
+      const pd = b.programDevice as { losses: number; rebuilds: number; lastLoss: string } | null | undefined;
       return [
         `vugpu pid ${b.pid}, API ${b.api}, policy ${b.policy}, engine ${eng?.backend ?? '?'} (${eng?.device ?? 'none'})`,
         `VRAM ${formatSize(vram.totalBytes!)}: slices ${formatSize(vram.sliceAreaBytes!)}, free ${formatSize(vram.freeBytes!)} (largest ${formatSize(vram.largestFreeBytes!)})`,
         `VMs ${b.vms} (${b.attached} with a QEMU attached)`,
+        ...(pd && pd.losses > 0 ? [`program device lost ${pd.losses} time(s), rebuilt ${pd.rebuilds}; last: ${pd.lastLoss}`] : []),
       ].join('\n') + '\n';
     }
     case 'list': {

@@ -58,6 +58,7 @@ function counter(action: string, result: string): number {
 describe('control API', () => {
   it('status and list of the VMs started with the server', async () => {
     const st = await api.call('GET', '/v1');
+    expect(st.programDevice).toBeNull();  // engine native
     expect(st).toMatchObject({ api: 'v1', pid: process.pid, policy: 'band', vms: 1, attached: 0 });
     // 256M VRAM - 16M host reserve = 240M of slices, 64M taken by a.
     expect(st.vram).toEqual({ totalBytes: 256 * MIB, sliceAreaBytes: 240 * MIB, freeBytes: 176 * MIB, largestFreeBytes: 176 * MIB });
@@ -173,9 +174,10 @@ describe('control API', () => {
     expect(json.families?.control_requests_total?.length).toBeGreaterThan(3);
   });
 
-  it('a service with a program device counts its losses and rebuilds', () => {
+  it('a service with a program device counts its losses and rebuilds (/metrics, status)', async () => {
     // engine auto: lavapipe here (a host without Vulkan has no program device, and no families)
     const w = new Vugpu({ vms: [], vramSize: 64 * MIB, engine: 'auto' });
+    const wControl = await startControlServer(w, { path: sock('control-w'), log: pino({ level: 'silent' }) }, new ControlCounters());
     try {
       const read = (name: string) => Number(new RegExp(`^vugpu_${name} (\\d+)$`, 'm').exec(w.metrics.renderPrometheus())?.[1]);
       if (native.vulkanDevices().length === 0) return;  // no Vulkan here: no program device
@@ -189,7 +191,12 @@ describe('control API', () => {
         delete process.env.VUGPU_TEST_HOOKS;
       }
       expect([read('program_device_losses_total'), read('program_device_rebuilds_total')]).toEqual([before[0]! + 1, before[1]! + 1]);
+      expect(w.programDeviceHealth()).toMatchObject({ losses: before[0]! + 1, rebuilds: before[1]! + 1, lastLoss: 'simulated by a test hook' });
+      let out = '';
+      expect(await ctlMain(['--control-socket', sock('control-w'), 'status'], (x) => (out += x))).toBe(0);
+      expect(out).toContain(`program device lost ${before[0]! + 1} time(s), rebuilt ${before[1]! + 1}; last: simulated by a test hook\n`);
     } finally {
+      await wControl.close();
       w.close();
     }
   });
