@@ -31,6 +31,9 @@
 // (/proc/<pid>/task/*/stat, nice 19) at every phase boundary: compile CPU per burst.
 //   node bench/flood.ts [--flood 256] [--bursts 4] [--solo-s 10] [--window-ms 250] [--no-control] [--out flood] [--seed N]
 //                       [--compile-nice N]   (diagnostic: renice the server's compile lane from 19 to N)
+//                       [--attacker-nice N]  (diagnostic: the attacker guest's QEMU at nice N, as on a host
+//                                             where the canary's vCPU has a core of its own; a 2-core
+//                                             host otherwise shares its CPUs between the two emulators)
 //   node bench/flood.ts --replot [--out flood]   (the plot again from the JSON)
 import fs from 'node:fs';
 import os from 'node:os';
@@ -52,6 +55,8 @@ interface Opts {
   flood: number; bursts: number; soloS: number; windowMs: number; control: boolean; out: string;
   /** Diagnostic: renice the server's compile lane to this (the lane runs at 19). */
   compileNice?: number;
+  /** Diagnostic: the attacker guest's QEMU (every thread of its process tree) at this nice. */
+  attackerNice?: number;
   /**
    * The attacker's seed: burst i's modules carry constants (seed + i)·2^16 + 0x100·k. Random per
    * run: Mesa keeps an on-disk shader cache (lavapipe), and modules it has compiled in an earlier
@@ -192,6 +197,20 @@ function treeTicks(pid: number | undefined): number {
   return t;
 }
 
+/** Every thread of pid's process tree to nice `nice` (threads QEMU starts later: the next call). */
+function reniceTree(pid: number | undefined, nice: number): void {
+  if (pid === undefined) return;
+  try {
+    for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
+      os.setPriority(Number(task), nice);
+      const kids = fs.readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim();
+      for (const k of kids ? kids.split(' ') : []) reniceTree(Number(k), nice);
+    }
+  } catch {
+    // exited
+  }
+}
+
 function hostTicks(): { busy: number; total: number } {
   const f = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
   const idle = (f[3] ?? 0) + (f[4] ?? 0);
@@ -308,6 +327,7 @@ async function run(o: Opts): Promise<Result> {
     const snap = (): Snap => {
       const h = hostTicks();
       const s = serverTicks(pid, o.compileNice);
+      if (o.attackerNice !== undefined) reniceTree(attacker?.child.pid, o.attackerNice);
       niceThreads = Math.max(niceThreads, s.niceThreads);
       return {
         t: performance.now() / 1000, hostBusy: h.busy, hostTotal: h.total, compile: s.compile, serverOther: s.other,
@@ -336,6 +356,8 @@ async function run(o: Opts): Promise<Result> {
 
     // ---- attacker
     const attackerBoot = performance.now() / 1000;
+    // --attacker-nice: every thread of the attacker's QEMU, including those it starts later.
+    const renicer = o.attackerNice !== undefined ? setInterval(() => reniceTree(attacker?.child.pid, o.attackerNice!), 200).unref() : null;
     const bursts: Burst[] = [];
     let done = false;
     attacker = bootGuest({
@@ -386,6 +408,7 @@ async function run(o: Opts): Promise<Result> {
     problems.push(...server.errorLines().slice(0, 5).map((l) => `server: ${l}`));
     await Promise.all(guests.map((g) => g.kill()));
     const attackerResult = await attacker.done;
+    if (renicer) clearInterval(renicer);
     if (attackerResult.guestExit !== null && attackerResult.guestExit !== 0) problems.push(`the attacker exited ${attackerResult.guestExit}`);
     if (canaryChecks.length) problems.push(`the canary ended early: ${JSON.stringify(canaryChecks[0]!.data).slice(0, 300)}`);
 
@@ -612,6 +635,7 @@ async function main(): Promise<void> {
       'window-ms': { type: 'string', default: '250' },
       'no-control': { type: 'boolean', default: false },
       'compile-nice': { type: 'string' },
+      'attacker-nice': { type: 'string' },
       seed: { type: 'string' },
       out: { type: 'string', default: 'flood' },
       replot: { type: 'boolean', default: false },
@@ -626,9 +650,12 @@ async function main(): Promise<void> {
     flood: Number(values.flood), bursts: Number(values.bursts), soloS: Number(values['solo-s']),
     windowMs: Number(values['window-ms']), control: !values['no-control'], out: values.out!,
     ...(values['compile-nice'] !== undefined ? { compileNice: Number(values['compile-nice']) } : {}),
+    ...(values['attacker-nice'] !== undefined ? { attackerNice: Number(values['attacker-nice']) } : {}),
     seed: values.seed !== undefined ? Number(values.seed) : 1 + Math.floor(Math.random() * 60_000),
   };
   if (!(o.seed >= 1 && o.seed + 2 * o.bursts < 65_536)) throw new Error('--seed: 1 to 65535 − 2·bursts (constants are (seed + burst)·2^16 + …)');
+  if (o.attackerNice !== undefined && !(Number.isInteger(o.attackerNice) && o.attackerNice >= -20 && o.attackerNice <= 19))
+    throw new Error('--attacker-nice: an integer from -20 to 19');
   if (!(o.flood >= 1 && o.flood <= 256)) throw new Error('--flood: 1 to 256 modules per burst (the attacker\'s VRAM layout)');
   const r = await run(o);
   const json = writeResult(`${o.out}.json`, r);
