@@ -516,6 +516,7 @@ describe('device-memory path (forced on the test device)', () => {
       expect(() => native.vulkanInjectFault(words, 0x1000n)).toThrow(/CPU device/);
     }
     expect(() => native.vulkanInjectFault(new Uint8Array(4) as unknown as Uint32Array, 0x1000n)).toThrow(TypeError);
+    expect(() => native.vulkanInjectFault(new Uint32Array([1, 2, 3]), 0x1000n)).toThrow(/not valid SPIR-V/);
     // As a guest program: refused by the validator (buffer device address), never compiled.
     const mod = r.drv.programBuffer(r.vm, new Uint8Array(words.buffer));
     const out = r.vram(4096);

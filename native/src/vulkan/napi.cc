@@ -10,7 +10,8 @@
 #include <unordered_map>
 
 #include "../common.h"
-#include "vk.h"
+#include "vk.h"  // first: it keeps unistd.h's R_OK out of program.h
+#include "../spirv/module.h"
 
 namespace vugpu::addon {
 
@@ -566,6 +567,13 @@ Napi::Value VulkanInjectFault(const Napi::CallbackInfo& info) {
     ThrowTypeError(env, "vulkanInjectFault(words: Uint32Array, address: bigint)");
     return env.Undefined();
   }
+  Napi::Uint32Array w = info[0].As<Napi::Uint32Array>();
+  // A driver handed invalid SPIR-V may do anything: refuse it here, like every other module.
+  const std::string invalid = spirv::detail::validate(w.Data(), w.ElementLength());
+  if (!invalid.empty()) {
+    ThrowTypeError(env, "vulkanInjectFault: not valid SPIR-V: %s", invalid.c_str());
+    return env.Undefined();
+  }
   std::shared_ptr<Context> c = Ctx();
   if (!c) {
     ThrowRangeError(env, "vulkanInjectFault: no Vulkan device is open");
@@ -577,7 +585,6 @@ Napi::Value VulkanInjectFault(const Napi::CallbackInfo& info) {
                                       : "was not opened with buffer device address (VUGPU_TEST_HOOKS=1 at open)");
     return env.Undefined();
   }
-  Napi::Uint32Array w = info[0].As<Napi::Uint32Array>();
   bool lossless = false;
   const uint64_t address = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
   const vk::DeviceFns& f = c->fn;
