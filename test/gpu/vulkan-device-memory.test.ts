@@ -16,7 +16,7 @@ import { native } from '../../src/native.ts';
 import { K } from '../../src/gpu/kernels.ts';
 import { GpuError } from '../../src/gpu/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
-import { CHAN_ERR } from '../../src/gpu/spec.ts';
+import { CHAN_ERR, progReasonName } from '../../src/gpu/spec.ts';
 import { builtinPlan, FMMUL_GPU64_SPV, FMMUL_GPU_SPV, gpuVariantsOn, setGemmGpuTile, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';
 import { buf, params, rig, rng, type GpuBuf, type Rig } from './helpers.ts';
 import { lossRig, lossRound } from './device-loss-scenario.ts';
@@ -510,7 +510,8 @@ describe('device-memory path (forced on the test device)', () => {
   }, 60_000);
 
   it('the real-fault hook refuses a CPU device, and a guest cannot load its module', async () => {
-    const words = new Uint32Array(readFileSync(path.join(ROOT, 'build/spirv/native/shaders/test/fault.spv')).buffer.slice(0));
+    const file = readFileSync(path.join(ROOT, 'build/spirv/native/shaders/test/fault.spv'));
+    const words = new Uint32Array(file.buffer.slice(file.byteOffset, file.byteOffset + file.byteLength));
     if (backend.deviceInfo.type === 'cpu') {
       expect(backend.deviceInfo.faultInjection).toBe(false);
       expect(() => native.vulkanInjectFault(words, 0x1000n)).toThrow(/CPU device/);
@@ -524,6 +525,7 @@ describe('device-memory path (forced on the test device)', () => {
       .then(() => null, (x: unknown) => x);
     expect(e).toBeInstanceOf(GpuError);
     expect((e as GpuError).code).toBe(CHAN_ERR.BAD_PROGRAM);
+    expect(progReasonName((e as GpuError).reason)).toMatch(/CAPABILITY|EXTENSION/);
     r.ch.bind();
   });
 });
