@@ -11,10 +11,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { native } from '../src/native.ts';
-import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
-import { rig, params } from '../test/gpu/helpers.ts';
-import { lossRig, lossRound, type LossRound } from '../test/gpu/device-loss-scenario.ts';
+import { rig } from '../test/gpu/helpers.ts';
+import { lossRig, lossRound, refVsCpu, type LossRound } from '../test/gpu/device-loss-scenario.ts';
 import { repoRoot, median, writeResult } from './lib/common.ts';
 
 process.env.VUGPU_TEST_HOOKS = '1';  // before the device opens: it enables buffer device address
@@ -43,18 +42,8 @@ if (info.type === 'cpu' || !info.faultInjection)
 
 const r = rig({ programs: backend, builtinsOnPrograms: true, vramSize: 256 << 20 });
 const L = await lossRig(r, N);
-// The device's GEMM against the CPU's once (FMMUL tolerance: test/gpu/builtins-spirv.test.ts).
 {
-  const A = L.x.f32.slice(0, N * N), B = L.y.f32.slice(0, N * N), C = new Float32Array(N * N);
-  const st = native.runKernelSync({ kernel: K.FMMUL, windows: [A, B, C].map((x) => native.addressOf(x)), lengths: [A, B, C].map((x) => x.byteLength), params: params(['u32', N]) });
-  const got = new Float32Array(L.ref.buffer);
-  let bad = st === 0 ? -1 : 0;
-  for (let i = 0; i < N && bad < 0; i++)
-    for (let j = 0; j < N; j++) {
-      let mag = 0;
-      for (let k = 0; k < N; k++) mag += Math.abs(A[i * N + k]! * B[k * N + j]!);
-      if (!(Math.abs(got[i * N + j]! - C[i * N + j]!) <= 2e-4 * mag + 2e-6)) { bad = i * N + j; break; }
-    }
+  const bad = refVsCpu(L);  // the device's GEMM against the CPU's, once
   if (bad >= 0) fail(`the device's GEMM differs from the CPU's at element ${bad}`);
 }
 

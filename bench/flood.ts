@@ -182,32 +182,41 @@ function threadCores(a: Snap | undefined, b: Snap | undefined): Record<string, {
 }
 
 /** utime + stime of a process tree (timeout → QEMU), ticks. */
-function treeTicks(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  let t = 0;
+/** pid and every process below it (a guest's QEMU under its launcher), while they exist. */
+function treePids(pid: number | undefined, out: number[] = []): number[] {
+  if (pid === undefined) return out;
   try {
-    t += ticksOf(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')).ticks;
+    out.push(pid);
     for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
       const kids = fs.readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim();
-      for (const k of kids ? kids.split(' ') : []) t += treeTicks(Number(k));
+      for (const k of kids ? kids.split(' ') : []) treePids(Number(k), out);
     }
   } catch {
     // exited
+  }
+  return out;
+}
+
+function treeTicks(pid: number | undefined): number {
+  let t = 0;
+  for (const p of treePids(pid)) {
+    try {
+      t += ticksOf(fs.readFileSync(`/proc/${p}/stat`, 'utf8')).ticks;
+    } catch {
+      // exited
+    }
   }
   return t;
 }
 
 /** Every thread of pid's process tree to nice `nice` (threads QEMU starts later: the next call). */
 function reniceTree(pid: number | undefined, nice: number): void {
-  if (pid === undefined) return;
-  try {
-    for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
-      os.setPriority(Number(task), nice);
-      const kids = fs.readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim();
-      for (const k of kids ? kids.split(' ') : []) reniceTree(Number(k), nice);
+  for (const p of treePids(pid)) {
+    try {
+      for (const task of fs.readdirSync(`/proc/${p}/task`)) os.setPriority(Number(task), nice);
+    } catch {
+      // exited
     }
-  } catch {
-    // exited
   }
 }
 

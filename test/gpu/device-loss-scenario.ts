@@ -57,6 +57,23 @@ export async function lossRig(r: Rig, n = 256, seed = 11): Promise<LossRig> {
   return { r, n, x, y, ref: c.u32.slice(0, n * n), chB: r.drv.createChannel(r.vm), chC: r.drv.createChannel(r.vm) };
 }
 
+/** The device's reference GEMM against the CPU's (FMMUL tolerance, test/gpu/builtins-spirv.test.ts:
+ * |got − want| ≤ 2e-4·Σ|a·b| + 2e-6): the first element out of it, or -1. */
+export function refVsCpu(L: LossRig): number {
+  const { n } = L;
+  const A = L.x.f32.slice(0, n * n), B = L.y.f32.slice(0, n * n), C = new Float32Array(n * n);
+  const st = native.runKernelSync({ kernel: K.FMMUL, windows: [A, B, C].map((x) => native.addressOf(x)), lengths: [A, B, C].map((x) => x.byteLength), params: params(['u32', n]) });
+  if (st !== 0) return 0;
+  const got = new Float32Array(L.ref.buffer);
+  for (let i = 0; i < n; i++)
+    for (let j = 0; j < n; j++) {
+      let mag = 0;
+      for (let k = 0; k < n; k++) mag += Math.abs(A[i * n + k]! * B[k * n + j]!);
+      if (!(Math.abs(got[i * n + j]! - C[i * n + j]!) <= 2e-4 * mag + 2e-6)) return i * n + j;
+    }
+  return -1;
+}
+
 const equalBits = (a: Uint32Array, b: Uint32Array) => a.length === b.length && a.every((v, i) => v === b[i]);
 
 /** One round; `lose` makes the device go (and returns what it saw). */

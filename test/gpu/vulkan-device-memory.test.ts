@@ -19,7 +19,7 @@ import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR, progReasonName } from '../../src/gpu/spec.ts';
 import { builtinPlan, FMMUL_GPU64_SPV, FMMUL_GPU_SPV, gpuVariantsOn, setGemmGpuTile, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';
 import { buf, params, rig, rng, type GpuBuf, type Rig } from './helpers.ts';
-import { lossRig, lossRound } from './device-loss-scenario.ts';
+import { lossRig, lossRound, refVsCpu } from './device-loss-scenario.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const DEVICE = process.env.VUGPU_TEST_VULKAN_DEVICE ?? 'llvmpipe';
@@ -500,6 +500,7 @@ describe('device-memory path (forced on the test device)', () => {
     const L = await lossRig(r, 96);
     const A = L.x.f32.slice(0, 96 * 96), B = L.y.f32.slice(0, 96 * 96);
     expectGemmClose(96, A, B, new Float32Array(L.ref.buffer), nativeFmmul(96, A, B));
+    expect(refVsCpu(L)).toBe(-1);  // the same check, as bench/device-lost.ts makes it
     for (let round = 0; round < 2; round++) {
       const res = await lossRound(L, () => String(native.vulkanSimulateLoss()), 8);
       expect(res).toMatchObject({ lose: 'true', pass: true, problems: [], bCode: CHAN_ERR.ENGINE_LOST, aKept: true,

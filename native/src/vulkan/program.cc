@@ -1153,6 +1153,23 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     st = MarkLost(c, r == VK_ERROR_DEVICE_LOST ? "vkWaitForFences" : ResultName(r));
     break;
   }
+  const uint64_t doneNs = NowNs();
+  // Device time from the timestamps; reading them can also report the loss.
+  uint64_t devNs = 0;
+  bool haveTs = false;
+  if (st == 0 && R.ts) {
+    uint64_t ts[2] = {0, 0};
+    r = f.vkGetQueryPoolResults(c.device, lane->queries, 0, 2, sizeof ts, ts, 8,
+                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (r == VK_ERROR_DEVICE_LOST) {
+      st = MarkLost(c, "vkGetQueryPoolResults");
+    } else if (r == VK_SUCCESS) {
+      uint64_t d = (ts[1] - ts[0]) & di.timestampMask;
+      devNs = uint64_t(double(d) * di.timestampPeriod);
+      haveTs = true;
+      GetImportStats().computeNs += devNs;
+    }
+  }
   // A fence of a lost device may still report success (the spec lets waits return VK_SUCCESS
   // after a loss; the H200 signalled the running dispatch's fence and refused the next submit),
   // so success is believed only while no other job has seen the loss — a launch that ended
@@ -1168,32 +1185,10 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   }
   (void)submitted;
 
-  uint64_t devNs = 0;
-  bool haveTs = false;
-  const uint64_t doneNs = NowNs();
   uint32_t status = __atomic_load_n(&lane->controlWords[1], __ATOMIC_SEQ_CST);
   cancelled = cancelled || cancel.load(std::memory_order_relaxed);
   if (status == spirv::STATUS_LOOP_LIMIT) st = -ELOOP;
   else if (status == spirv::STATUS_CANCELLED || cancelled) st = -ECANCELED;
-  if (R.ts) {
-    uint64_t ts[2] = {0, 0};
-    const VkResult qr = f.vkGetQueryPoolResults(c.device, lane->queries, 0, 2, sizeof ts, ts, 8,
-                                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
-    if (qr == VK_ERROR_DEVICE_LOST) {
-      // The same doubt as above, found by the query read: the device is gone.
-      st = MarkLost(c, "vkGetQueryPoolResults");
-      R.abandoned = true;
-      RebuildAfterLoss(c);
-      *ns = std::max<uint64_t>(NowNs() - wall0, 1);
-      return st;
-    }
-    if (qr == VK_SUCCESS) {
-      uint64_t d = (ts[1] - ts[0]) & di.timestampMask;
-      devNs = uint64_t(double(d) * di.timestampPeriod);
-      haveTs = true;
-      GetImportStats().computeNs += devNs;
-    }
-  }
   // Bounced groups: the device wrote into the bounce buffer; the CPU copies the writable bytes.
   if (staged)
     for (const Group& g : R.groups) {
