@@ -6,7 +6,8 @@
 TF32 off (torch.backends.cuda.matmul.allow_tf32 = False: full f32, as FMMUL), operands in pinned
 host memory. Per size: kernel only (operands resident), and with transfers — H2D of A and B,
 the GEMM, D2H of C, synchronised — best and median of REPS. Also the pinned copy rates
-(256 MiB each way). Prints one line per size; writes OUT.json.
+(256 MiB each way) and both directions at once (two streams, 8 + 4 and 256 + 128 MiB). Prints one
+line per size; writes OUT.json.
 """
 import json
 import sys
@@ -48,6 +49,31 @@ def main():
     res['pinnedD2HGBs'] = nb / b_d2h / 1e9
     print(f"pinned copies 256 MiB: H2D {res['pinnedH2DGBs']:.1f} GB/s, D2H {res['pinnedD2HGBs']:.1f} GB/s", flush=True)
     del h, d
+    # Both directions at once (two streams), 8 MiB up with 4 down as a 1024^3 GEMM moves them and
+    # 256 with 128: is the bus full duplex? (bench/vulkan-copy.c asks Vulkan's queues the same.)
+    res['duplex'] = []
+    for up_mb in (8, 256):
+        hu = torch.ones(up_mb << 18).pin_memory()
+        du = torch.empty(up_mb << 18, device=dev)
+        hd = torch.empty(up_mb << 17).pin_memory()
+        dd = torch.ones(up_mb << 17, device=dev)
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+
+        def up():
+            with torch.cuda.stream(s1):
+                du.copy_(hu, non_blocking=True)
+
+        def down():
+            with torch.cuda.stream(s2):
+                hd.copy_(dd, non_blocking=True)
+        tu, _ = timed(up, 20)
+        td, _ = timed(down, 20)
+        tb, _ = timed(lambda: (up(), down()), 20)
+        row = {'upMiB': up_mb, 'downMiB': up_mb // 2, 'upUs': tu * 1e6, 'downUs': td * 1e6, 'bothUs': tb * 1e6}
+        res['duplex'].append(row)
+        print(f"pinned copies {up_mb} MiB up + {up_mb // 2} down: alone {row['upUs']:.0f} / {row['downUs']:.0f} us, "
+              f"at once {row['bothUs']:.0f} us", flush=True)
+        del hu, du, hd, dd
     for n in sizes:
         g = torch.Generator().manual_seed(n)
         ha = (torch.rand(n, n, generator=g) * 2 - 1).pin_memory()
