@@ -185,6 +185,46 @@ describe('device-memory path (forced on the test device)', () => {
     }
   });
 
+  it('a GEMM too small for panels but not for two of half their size runs as two, the first in two k slices', async () => {
+    // n = 512: 64×64 tiles, 8×8 workgroups; A and C 2 MiB together. Panels of ≥ 2 MiB and ≥ 64
+    // workgroups: one would fit, so two of half that size (as 1024³ with the defaults).
+    process.env.VUGPU_VK_PANEL_BYTES = String(2 << 20);
+    process.env.VUGPU_VK_PANEL_WORKGROUPS = '64';
+    const run = async (where: 'vram' | 'sysmem', seed: number) => {
+      const s0 = native.vulkanStats();
+      const c = await engineFmmul(r, 512, where, seed);
+      const s1 = native.vulkanStats();
+      expect(s1.uploadBytes - s0.uploadBytes).toBe(2 * 4 * 512 * 512);
+      expect(s1.downloadBytes - s0.downloadBytes).toBe(4 * 512 * 512);
+      return { c, panels: s1.panels - s0.panels, kSlices: s1.kSlices - s0.kSlices };
+    };
+    try {
+      for (const where of ['vram', 'sysmem'] as const) {
+        const a = await run(where, 41);
+        expect({ where, panels: a.panels, kSlices: a.kSlices }).toEqual({ where, panels: 2, kSlices: 2 });
+        expect((await run(where, 41)).c).toEqual(a.c);  // the same bits again
+      }
+      // Slabs named by the environment win over the pair's two slices (1 MiB of B in 4).
+      process.env.VUGPU_VK_K_SLAB_BYTES = String(256 << 10);
+      expect(await run('vram', 42)).toMatchObject({ panels: 2, kSlices: 4 });
+      delete process.env.VUGPU_VK_K_SLAB_BYTES;
+      // Off: one panel (B in one slab: smaller than the one-panel slab size).
+      process.env.VUGPU_VK_PANEL_PAIR = '0';
+      expect(await run('vram', 43)).toMatchObject({ panels: 0, kSlices: 0 });
+      process.env.VUGPU_VK_PANEL_PAIR = '1';
+      // A plan without a k stream (the portable form, n % 4 ≠ 0) stays one panel.
+      process.env.VUGPU_VK_PANEL_BYTES = String(1 << 20);
+      const s0 = native.vulkanStats();
+      await engineFmmul(r, 510, 'vram', 44);
+      expect(native.vulkanStats().panels - s0.panels).toBe(0);
+    } finally {
+      process.env.VUGPU_VK_PANEL_BYTES = '4096';
+      process.env.VUGPU_VK_PANEL_WORKGROUPS = '1';
+      delete process.env.VUGPU_VK_K_SLAB_BYTES;
+      delete process.env.VUGPU_VK_PANEL_PAIR;
+    }
+  });
+
   it('operands in guest system memory (windows of one launch) go through pinned bounce buffers, VRAM ones are imported', async () => {
     // A sysmem window is mapped per launch: importing it would pin its pages every time.
     const n = 64, bytes = 4 * n * n;

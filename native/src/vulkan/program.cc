@@ -266,6 +266,7 @@ struct Run {
   std::vector<bool> zeroed;  // per setBindings index: overwritten, zero-filled instead of uploaded
   std::vector<VkDescriptorBufferInfo> infos;
   KStreamPlan ks;
+  bool panelPair = false;    // two panels where the panel rule gave one (PanelCount)
   bool abandoned = false;    // lost: nothing is freed or reused
   // Timestamp queries (GPUs). On a CPU device each timestamp is an llvmpipe scene flush run by
   // its rasterizer threads: the two cost an empty launch ~170 µs of its ~280 (lavapipe, 2 cores)
@@ -474,7 +475,19 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
   const uint64_t maxPanels = std::min<uint64_t>(kMaxPanels, EnvOr("VUGPU_VK_MAX_PANELS", kDefaultMaxPanels));
   uint64_t p = std::min<uint64_t>({maxPanels, banded / panelBytes,
                                    uint64_t(in.grid[0]) * gy / panelWorkgroups, gy});
-  if (p < 2) return 1;
+  if (p < 2) {
+    // Too small for such panels but not for two of half their size: two panels, the first as two
+    // slices of k (PlanKStream), when the plan streams an operand by k. FMMUL 1024³ and 2048³ on
+    // the H200 (bench/results/gemm-panels-h200.json): 348–354 µs best against 364–376 as one
+    // panel in two k slices, 1304–1330 against 1369–1395 as one in eight; three or four panels,
+    // and two without the slices at 2048³, were slower. VUGPU_VK_PANEL_PAIR=0: one panel.
+    const char* pair = getenv("VUGPU_VK_PANEL_PAIR");
+    if ((pair && std::string(pair) == "0") || maxPanels < 2 || in.kStream.binding == UINT32_MAX ||
+        banded < panelBytes || uint64_t(in.grid[0]) * gy < panelWorkgroups)
+      return 1;
+    p = 2;
+    R.panelPair = true;
+  }
   *rowsPer = uint32_t((gy + p - 1) / p);
   for (size_t i = 0; i < R.prog.setBindings.size(); i++) {
     uint32_t b = R.prog.setBindings[i];
@@ -519,7 +532,9 @@ void PlanKStream(Run& R, uint32_t panels) {
   if (!u32(k.k0Offset, &kb) || !u32(k.k1Offset, &ke) || !u32(k.accumulateOffset, &acc) || ke <= kb) return;
   const uint64_t addr = in.windows[k.binding], len = in.lengths[k.binding];
   if (uint64_t(ke) * k.rowBytes > len) return;
-  uint64_t s = std::min<uint64_t>(maxSlices, len / EnvOr("VUGPU_VK_K_SLAB_BYTES", panels < 2 ? kOnePanelSlabBytes : kKSlabBytes));
+  uint64_t s = R.panelPair && !getenv("VUGPU_VK_K_SLAB_BYTES")
+                   ? std::min<uint64_t>(maxSlices, 2)
+                   : std::min<uint64_t>(maxSlices, len / EnvOr("VUGPU_VK_K_SLAB_BYTES", panels < 2 ? kOnePanelSlabBytes : kKSlabBytes));
   if (s < 2) return;
   // Slices of k in multiples of 16 (the GEMM shaders step k by 16 per loop pass).
   const uint32_t step = uint32_t(((ke - kb + s - 1) / s + 15) / 16 * 16);
