@@ -477,10 +477,11 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
                                    uint64_t(in.grid[0]) * gy / panelWorkgroups, gy});
   if (p < 2) {
     // Too small for such panels but not for two of half their size: two panels, the first as two
-    // slices of k (PlanKStream), when the plan streams an operand by k. FMMUL 1024³ and 2048³ on
-    // the H200 (bench/results/gemm-panels-h200.json): 348–354 µs best against 364–376 as one
-    // panel in two k slices, 1304–1330 against 1369–1395 as one in eight; three or four panels,
-    // and two without the slices at 2048³, were slower. VUGPU_VK_PANEL_PAIR=0: one panel.
+    // slices of k (PlanKStream), when the plan streams an operand by k. FMMUL on the H200, 9 of 9
+    // interleaved runs (bench/results/gemm-panels-h200.json): 1024³ 348–416 µs best against
+    // 364–434 as one panel in two k slices, 2048³ 1304–1373 against 1369–1419 as one in eight;
+    // three or four panels, and two without the slices at 2048³, were slower.
+    // VUGPU_VK_PANEL_PAIR=0: one panel.
     const char* pair = getenv("VUGPU_VK_PANEL_PAIR");
     if ((pair && std::string(pair) == "0") || maxPanels < 2 || in.kStream.binding == UINT32_MAX ||
         banded < panelBytes || uint64_t(in.grid[0]) * gy < panelWorkgroups)
