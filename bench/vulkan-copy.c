@@ -15,21 +15,17 @@
 //                queues (upload → compute → download → …) and on one queue
 // Prints one JSON object (stdout) and a readable summary (stderr).
 //   gcc -O2 -o /tmp/vk-copy bench/vulkan-copy.c -lvulkan && /tmp/vk-copy [rounds=15] [X=1]
+// (bench/vulkan-probe.h, beside it, holds the helpers it shares with bench/vulkan-floor.c)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <vulkan/vulkan.h>
 
-#define CHECK(x) do { VkResult r_ = (x); if (r_) { fprintf(stderr, "%s: %d\n", #x, r_); exit(1); } } while (0)
+#include "vulkan-probe.h"
+
 #define MAXQ 16
 #define MAXR 200
-
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static VkDevice dev;
 static VkPhysicalDeviceMemoryProperties mp;
@@ -137,16 +133,7 @@ int main(int argc, char** argv) {
   int R = argc > 1 ? atoi(argv[1]) : 15;
   VkDeviceSize X = argc > 2 ? (VkDeviceSize)atoi(argv[2]) : 1;
   if (R < 1 || R > MAXR || X < 1 || X > 256) { fprintf(stderr, "usage: vulkan-copy [rounds 1..%d] [scale 1..256]\n", MAXR); return 2; }
-  VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  app.apiVersion = VK_API_VERSION_1_2;
-  VkInstanceCreateInfo ici = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  ici.pApplicationInfo = &app;
-  VkInstance inst;
-  CHECK(vkCreateInstance(&ici, NULL, &inst));
-  uint32_t n = 8;
-  VkPhysicalDevice pds[8];
-  CHECK(vkEnumeratePhysicalDevices(inst, &n, pds));
-  VkPhysicalDevice pd = pds[0];
+  VkPhysicalDevice pd = first_device(VK_API_VERSION_1_2);
   VkPhysicalDeviceProperties pp;
   vkGetPhysicalDeviceProperties(pd, &pp);
   vkGetPhysicalDeviceMemoryProperties(pd, &mp);

@@ -42,13 +42,7 @@
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
-#define CHECK(x) do { VkResult r_ = (x); if (r_) { fprintf(stderr, "%s: %d\n", #x, r_); exit(1); } } while (0)
-
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
+#include "vulkan-probe.h"
 
 static VkDevice dev;
 static VkQueue queue;
@@ -318,16 +312,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rounds = argc > 2 ? atoi(argv[2]) : 40;
-  VkApplicationInfo ai = {VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  ai.apiVersion = VK_API_VERSION_1_3;
-  VkInstanceCreateInfo ici = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  ici.pApplicationInfo = &ai;
-  VkInstance inst;
-  CHECK(vkCreateInstance(&ici, NULL, &inst));
-  uint32_t n = 1;
-  VkPhysicalDevice pd;
-  vkEnumeratePhysicalDevices(inst, &n, &pd);
-  if (n == 0) return 1;
+  VkPhysicalDevice pd = first_device(VK_API_VERSION_1_3);
   float prio = 1;
   VkDeviceQueueCreateInfo qi = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
   qi.queueCount = 1;

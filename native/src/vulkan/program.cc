@@ -483,7 +483,7 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
     // three or four panels, and two without the slices at 2048³, were slower.
     // VUGPU_VK_PANEL_PAIR=0: one panel.
     const char* pair = getenv("VUGPU_VK_PANEL_PAIR");
-    if ((pair && std::string(pair) == "0") || maxPanels < 2 || in.kStream.binding == UINT32_MAX ||
+    if ((pair && strcmp(pair, "0") == 0) || maxPanels < 2 || in.kStream.binding == UINT32_MAX ||
         banded < panelBytes || uint64_t(in.grid[0]) * gy < panelWorkgroups)
       return 1;
     p = 2;
