@@ -30,7 +30,7 @@ const result = {
     node: process.version, host: `${os.type()} ${os.release()}`, cpu: os.cpus()[0]?.model ?? 'unknown',
     cpus: os.cpus().length, loadAvgAtStart: os.loadavg().map((x) => Math.round(x * 100) / 100),
   },
-  method: 'each input: 1-4 mutations (bit flip, word set, operand tweak, literal tweak (constants, sizes, decorations), swapped branch targets, instruction drop/dup/swap, word count, truncation, crossover with another seed, random module) of one seed module, varied limits (loop-cut detection on for half, random features, shared/push/binding/workgroup limits), entry index and spec constants; checks: programPrepare returns a known reason; accepted rewrites pass programValidate (SPIRV-Tools, Vulkan 1.2) and verifyRewrite (every CFG cycle cut by a cancel check, entry returns report, loop tags), entry info within limits; determinism on every 97th input',
+  method: 'each input: 1-4 mutations (bit flip, word set, operand tweak, literal tweak (constants, sizes, decorations), swapped branch targets, instruction drop/dup/swap, word count, truncation, crossover with another seed, random module) of one seed module, varied limits (loop-cut detection on for half, random features, shared/push/binding/workgroup limits), entry index and spec constants; checks: programPrepare returns a known reason; accepted rewrites pass programValidate (SPIRV-Tools, Vulkan 1.2) and verifyRewrite (every CFG cycle cut by a cancel check, entry returns report, with detection the probe of the loop limiter), entry info within limits; determinism on every 97th input',
   seeds: seeds.map((s) => s.name),
   seed,
   iterations: stats.iterations,

@@ -34,12 +34,11 @@ export interface RewriteCase {
   rawMs: number;
   rewrittenMs: number;
   perRound: number[];
-  /** On a device that cuts loops (loopLimit > 0): the cancel checks alone, without the loop-cut
-   * detection (what a GPU gets), same rounds. */
+  /** On a device that cuts loops (loopLimit > 0): the rewrite without the loop-cut probe (what a
+   * GPU gets), same rounds — ratio / this is the probe's own cost. */
   cancelOnlyRatio?: number;
-  /** On a device that cuts loops: the cancel word loaded at every back-edge (as the engine's
-   * rewrite does there) without the detection, same rounds — engine / this is the detection's
-   * own cost, this / cancelOnlyRatio the per-back-edge load's. */
+  /** On a device that cuts loops: the cancel word loaded at every back-edge, without the probe,
+   * same rounds — this / cancelOnlyRatio is what loading it every 64th back-edge saves. */
   everyLoadNoDetectRatio?: number;
   /** The engine's rewrite with the cancel word loaded in the loop header (program.h
    * cancelLoadEarly, a benchmark switch): is hiding the load's latency worth making the default? */
@@ -47,8 +46,7 @@ export interface RewriteCase {
   /** The loop rewrite without the index clamps, and the clamps alone (program.h benchParts). */
   noClampRatio: number;
   clampOnlyRatio: number;
-  /** The cancel word loaded at every back-edge (Limits.cancelEvery 1; the same as ratio where
-   * loops are cut and every back-edge loads it anyway). */
+  /** The cancel word loaded at every back-edge (Limits.cancelEvery 1). */
   everyBackEdgeRatio: number;
   words: { raw: number; rewritten: number };
   /** Largest |rewritten − raw| / (1 + |raw|) over C (every variant). */
@@ -88,9 +86,9 @@ export function rewriteCost(root: string, limits: ProgramLimits, opts: { n?: num
       return { words: v.words, entry: l.benchParts && l.benchParts & 2 ? 'main' : entry };
     };
     // [1] the engine's, [2] with the early load, [3] without the index clamps, [4] the clamps
-    // alone (no loop rewrite), [5] the cancel word loaded at every back-edge (where the engine's
-    // loads it every 64th: devices that do not cut loops), [6] cancel checks only (devices that
-    // cut loops), [7] the same loading the word at every back-edge (devices that cut loops)
+    // alone (no loop rewrite), [5] the cancel word loaded at every back-edge (the engine's loads
+    // it every 64th), [6] without the loop-cut probe (devices that cut loops), [7] the same
+    // loading the word at every back-edge (devices that cut loops)
     const variants = [{ words: pp.words, entry }, variant({ cancelLoadEarly: 1 }), variant({ benchParts: 1 }), variant({ benchParts: 2 }), variant({ cancelEvery: 1 })];
     if (limits.loopLimit > 0) variants.push(variant({ loopLimit: 0 }), variant({ loopLimit: 0, cancelEvery: 1 }));
     const job = { buffers: [a, b, new Float32Array(n * n)], writable: [false, false, true], push: c.push, grid: c.grid };

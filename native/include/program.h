@@ -30,7 +30,7 @@ struct Limits {
   uint32_t maxSpecConstants = 64;
   uint32_t maxWgInvocations = 1024;
   uint32_t maxWgSize[3] = {1024, 1024, 64};
-  uint32_t maxSharedBytes = 32768;   // what the guest may use (the rewrite's own shared words excluded)
+  uint32_t maxSharedBytes = 32768;   // Workgroup memory the guest may use
   uint32_t features = 0;             // Feature bits the device supports
   uint32_t loopLimit = 0;            // back-edges per subgroup per launch; 0 = no counting
   // Benchmark switch (bench/rewrite-cost.ts; the engine leaves it 0): load the cancel word at the
@@ -40,9 +40,9 @@ struct Limits {
   // Benchmark switch (bench/rewrite-cost.ts; the engine leaves it 0), to tell the rewrite's costs
   // apart: bit 0 leaves out the buffer index clamps, bit 1 the loop rewrite (clamps only).
   uint32_t benchParts = 0;
-  // Devices that do not cut loops (loopLimit 0): checked back-edges of an invocation between two
-  // loads of the cancel word (rounded down to a power of two, at most 1024); 0 = the default, 64
-  // (rewrite.cc); 1 = every back-edge, the rewrite before (benchmarks).
+  // Checked back-edges of an invocation between two loads of the cancel word (rounded down to a
+  // power of two, at most 1024); 0 = the default, 64 (rewrite.cc); 1 = every back-edge
+  // (benchmarks).
   uint32_t cancelEvery = 0;
   uint32_t subgroupSize = 8;
 };
@@ -75,14 +75,15 @@ struct Prepared {
   std::string message;              // one readable sentence for logs when refused
   EntryInfo entry;
   std::vector<uint32_t> words;      // the rewritten, re-validated module (empty when refused)
-  // Loop headers (label ids) left without a cancel check: small constant trip counts, with
-  // loopLimit == 0 only (the rewrite's comment in native/src/spirv/rewrite.cc).
+  // Loop headers (label ids) left without a cancel check: small constant trip counts (the
+  // rewrite's comment in native/src/spirv/rewrite.cc).
   std::vector<uint32_t> uncheckedLoops;
 };
 
 // Check (validator + capability/extension/instruction allow-lists + limits), rewrite every loop
-// (cancel word; and a per-subgroup back-edge count when lim.loopLimit > 0; with loopLimit 0,
-// small constant loops are left alone: uncheckedLoops), validate the result.
+// (cancel word; small constant loops are left alone: uncheckedLoops; with lim.loopLimit > 0 a
+// probe of the device's spent loop limiter before each return of the entry point), validate the
+// result.
 // Thread-safe and never throws: any input gives a Prepared.
 Prepared prepare(const uint32_t* words, size_t count, uint32_t entryIndex,
                  const SpecValue* spec, size_t nspec, const Limits& lim);

@@ -7,8 +7,8 @@
 //     same seed + iteration replays the same input) with a known reason and a message;
 //   - an accepted module's rewritten words pass SPIRV-Tools again (programValidate), pass the
 //     independent structural check below (verifyRewrite: no cycle of the CFG avoids an
-//     instrumented back-edge but a small constant loop's, re-proven here (with loop-cut
-//     detection: and its guard), every return of the entry point reports a stop, loop tags), and
+//     instrumented back-edge but a small constant loop's, re-proven here; every return of the
+//     entry point reports a stop, with loop-cut detection what the probe saw), and
 //     its entry info is within the limits;
 //   - "rewritten module failed validation" never happens (that is a front-end bug);
 //   - the same input gives the same answer (checked on a sample).
@@ -195,7 +195,7 @@ const Op = {
   EntryPoint: 15, Constant: 43, Function: 54, FunctionEnd: 56, Variable: 59, Load: 61, Store: 62,
   AccessChain: 65, Decorate: 71, IAdd: 128, IEqual: 170, ULessThan: 176, LogicalAnd: 167,
   AtomicLoad: 227, AtomicUMax: 239, LoopMerge: 246, SelectionMerge: 247, Label: 248, Branch: 249,
-  Phi: 245, BitwiseAnd: 199,
+  Phi: 245, BitwiseAnd: 199, BitwiseOr: 197, Select: 169,
   BranchConditional: 250, Switch: 251, Return: 253, ReturnValue: 254, Unreachable: 255, TypeInt: 21,
 } as const;
 
@@ -219,21 +219,18 @@ const LITERALS_FROM: Record<number, number> = { 8: 2, 61: 4, 62: 3, 79: 5, 81: 4
  *  - exactly one control variable (set 1, binding 0) and no OpUnreachable;
  *  - every cycle of every function's CFG passes through a back-edge whose branch condition is an
  *    AND-tree containing (atomic load of control.cancel) == 0 (Kahn's algorithm after removing
- *    those edges leaves nothing) — with loopLimit 0 the load may be the periodic one: an OpPhi of
+ *    those edges leaves nothing) — the load may be the periodic one: an OpPhi of
  *    it from a block L and of 0 from the block B that branches to L when its back-edge count
  *    ((vugpu_backedges + 1) & (2^k − 1), k ≤ 10, the variable only ever stored its value + 1)
  *    is 0; an unchecked back-edge (a plain OpBranch to its header) is cut too when this file
  *    proves the loop's trip count constant (smallTrips) and its product with those of the
- *    enclosing unchecked loops ≤ SMALL_TRIPS — with loopLimit > 0 only when a checked loop around
- *    it guards it (DontUnroll, a plain back-edge, every path from the small loop's merge reaching
- *    that back-edge: see `guarded`);
+ *    enclosing unchecked loops ≤ SMALL_TRIPS;
  *  - every return of the entry point is the merge of a selection whose arm does
  *    atomicMax(control.status);
- *  - with loop-cut detection (loopLimit > 0): every loop merge block but a guarded small loop's
- *    starts with a check of the
- *    tag against a constant unique to its loop, every edge that enters a loop sets the tag to that
- *    constant (a store of it, or of a select naming it, in the block or in a block split off the
- *    edge), and every other predecessor of a merge block except a cancel exit writes the tag. */
+ *  - with loop-cut detection (loopLimit > 0): the value that arm reports is
+ *    select(cancel == 0, select(i < n, 2, 0), 1), where i is the OpPhi of a DontUnroll loop header
+ *    (0 from outside, i + 1 from inside) that leaves when !(i < n), and n = atomic load of
+ *    control.cancel | a constant ≥ 2: the probe of lavapipe's spent loop limiter. */
 export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIndex: number }): string | null {
   const framed = instructions(w);
   if (!framed) return 'bad framing';
@@ -265,15 +262,12 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
   const control = [...sets.keys()].filter((id) => sets.get(id) === 1 && bindings.get(id) === 0);
   if (control.length !== 1) return `expected one control variable at set 1 binding 0, found ${control.length}`;
   const ctl = control[0]!;
-  const tagVar = names.get('vugpu_loop_tag');
-  if (opts.loopLimit > 0 && tagVar === undefined) return 'no loop tag variable';
   const word = (ins: Inst, k: number) => (k < ins.wc ? w[ins.off + k]! : -1);
   const isConst = (id: number, v: number) => consts.get(id) === v;
   const chainOf = (ptr: number, base: number, idx?: number): boolean => {
     const d = def.get(ptr);
     return !!d && d.op === Op.AccessChain && word(d, 3) === base && (idx === undefined || isConst(word(d, 4), idx));
   };
-  const isTagPtr = (ptr: number) => tagVar !== undefined && chainOf(ptr, tagVar);
   const isCancelLoad = (id: number): boolean => {
     const l = def.get(id);
     return !!l && l.op === Op.AtomicLoad && chainOf(word(l, 3), ctl, 0);
@@ -342,8 +336,39 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
     const d = def.get(id);
     if (!d || d.op !== Op.IEqual) return false;
     for (const [x, y] of [[word(d, 3), word(d, 4)], [word(d, 4), word(d, 3)]] as const)
-      if (isConst(y, 0) && (isCancelLoad(x) || (opts.loopLimit === 0 && isPeriodicLoad(x)))) return true;
+      if (isConst(y, 0) && (isCancelLoad(x) || isPeriodicLoad(x))) return true;
     return false;
+  };
+  // The probe's report (loopLimit > 0): select(cancel == 0, select(i < n, 2, 0), 1) with i the
+  // counter of a DontUnroll loop that runs while i < n, n = cancel | K (K ≥ 2, a constant).
+  const isProbeStatus = (st: number): boolean => {
+    const sel = def.get(st);
+    if (!sel || sel.op !== Op.Select || !isCancel(word(sel, 3)) || !isConst(word(sel, 5), 1)) return false;
+    const cut = def.get(word(sel, 4));
+    if (!cut || cut.op !== Op.Select || !isConst(word(cut, 4), 2) || !isConst(word(cut, 5), 0)) return false;
+    const left = def.get(word(cut, 3));
+    if (!left || left.op !== Op.ULessThan) return false;
+    const i = word(left, 3), n = word(left, 4);
+    const nd = def.get(n);
+    if (!nd || nd.op !== Op.BitwiseOr || !isCancelLoad(word(nd, 3)) || (consts.get(word(nd, 4)) ?? 0) < 2) return false;
+    const phi = def.get(i);
+    if (!phi || phi.op !== Op.Phi || phi.wc !== 7) return false;
+    // the phi's block: a loop header (DontUnroll) whose branch goes on while i < n
+    let k = index.get(phi)!;
+    while (k < insts.length && insts[k]!.op !== Op.LoopMerge && !TERMINATORS.has(insts[k]!.op)) k++;
+    const lm = insts[k], br = insts[k + 1];
+    if (!lm || lm.op !== Op.LoopMerge || (word(lm, 3) & 3) !== 2 || !br || br.op !== Op.BranchConditional) return false;
+    const cond = def.get(word(br, 1));
+    if (!cond || cond.op !== Op.ULessThan || word(cond, 3) !== i || word(cond, 4) !== n || word(br, 3) !== word(lm, 1)) return false;
+    const header = labelOf(phi);
+    if (labelOf(lm) !== header) return false;
+    let zero = false, step = false;
+    for (const [v, from] of [[word(phi, 3), word(phi, 4)], [word(phi, 5), word(phi, 6)]] as const) {
+      const d = def.get(v);
+      if (isConst(v, 0) && from !== word(lm, 2)) zero = true;
+      else if (d && d.op === Op.IAdd && word(d, 3) === i && isConst(word(d, 4), 1) && from === word(lm, 2)) step = true;
+    }
+    return zero && step;
   };
   const leaves = (id: number, out: number[], depth = 0): void => {
     const d = def.get(id);
@@ -472,44 +497,11 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
     const found = new Map<number, number>();
     const loops = [...headers].map(([h, m]) => ({ h, m, body: bodyOf(h, m), n: trips(h, m, bodyOf(h, m)) }))
       .sort((a, b) => index.get(a.h)! - index.get(b.h)!);
-    // With loop-cut detection: a checked loop G around S, marked DontUnroll, whose continue target
-    // ends in the plain back-edge (rewritten: cancel-only exit), with every path from S's merge in
-    // blocks that reach that continue target without passing G's header.
-    const guarded = (s: (typeof loops)[number]): boolean => {
-      const sm = index.get(s.m);
-      if (sm === undefined) return false;
-      return loops.some((g) => {
-        if (g === s || found.has(g.h) || !g.body.has(index.get(s.h)!)) return false;
-        const gk = index.get(g.h)!, lm = insts[f.blocks[gk]!.end - 1]!;
-        if ((word(lm, 3) & 3) !== 2 /* DontUnroll only */) return false;
-        const ck = index.get(word(lm, 2));
-        if (ck === undefined || ck === gk) return false;
-        const ct = insts[f.blocks[ck]!.end]!;
-        if (ct.op !== Op.BranchConditional || word(ct, 2) !== g.h || word(ct, 3) !== g.m) return false;
-        const ls: number[] = [];
-        leaves(word(ct, 1), ls);
-        if (ls.length !== 1 || !isCancel(ls[0]!)) return false;
-        const reach = new Set<number>([ck]);
-        const work = [ck];
-        while (work.length) {
-          const q = work.pop()!;
-          for (const p of preds.get(f.blocks[q]!.label) ?? []) if (p !== gk && !reach.has(p)) { reach.add(p); work.push(p); }
-        }
-        const seen = new Set<number>([sm]);
-        work.push(sm);
-        while (work.length) {
-          const q = work.pop()!;
-          if (q === gk || !reach.has(q)) return false;
-          if (q !== ck) for (const x of targets(q)) { const j = index.get(x); if (j !== undefined && !seen.has(j)) { seen.add(j); work.push(j); } }
-        }
-        return true;
-      });
-    };
     for (const l of loops) {
       if (l.n === undefined) continue;
       let product = l.n;
       for (const o of loops) if (o !== l && found.has(o.h) && o.body.has(index.get(l.h)!)) product *= Math.max(o.n!, 1);
-      if (product <= SMALL_TRIPS && (opts.loopLimit === 0 || guarded(l))) found.set(l.h, l.n);
+      if (product <= SMALL_TRIPS) found.set(l.h, l.n);
     }
     return found;
   }
@@ -547,7 +539,6 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
     }
   }
   const entryFn = entries[opts.entryIndex];
-  const loopTags = new Set<number>();
   for (const f of functions) {
     const index = new Map<number, number>(f.blocks.map((b, k) => [b.label, k]));
     const headers = new Map<number, number>();  // header label → merge label
@@ -556,8 +547,7 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
       if (b.end - 1 > b.start && prev.op === Op.LoopMerge) headers.set(b.label, word(prev, 1));
     }
     // Unchecked small loops: header label → trip count, proven here from the output words alone:
-    // the same pattern as the rewrite's (Rewriter::constTrip), written anew; with loop-cut
-    // detection only those with a guard.
+    // the same pattern as the rewrite's (Rewriter::constTrip), written anew.
     const small = smallLoops(f, headers, index);
     const succ: number[][] = f.blocks.map(() => []);
     const cancelExits = new Set<string>();  // "from→merge" edges that only a cancel takes
@@ -603,10 +593,11 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
           const arm = f.blocks[index.get(word(br, 2)) ?? -1];
           if (!arm) return false;
           for (let i = arm.start; i < arm.end; i++)
-            if (insts[i]!.op === Op.AtomicUMax && chainOf(word(insts[i]!, 3), ctl, 1)) return true;
+            if (insts[i]!.op === Op.AtomicUMax && chainOf(word(insts[i]!, 3), ctl, 1))
+              return opts.loopLimit === 0 || isProbeStatus(word(insts[i]!, 6));
           return false;
         });
-        if (!ok) return `entry point return in block %${b.label} does not report a stop`;
+        if (!ok) return `entry point return in block %${b.label} does not report a stop${opts.loopLimit ? ' (and the probe)' : ''}`;
       }
     }
     // Kahn: any block left is on a cycle that no instrumented back-edge cuts.
@@ -621,57 +612,6 @@ export function verifyRewrite(w: Uint32Array, opts: { loopLimit: number; entryIn
     }
     if (seen !== f.blocks.length) return `function %${f.id} has a loop without the stop check`;
 
-    if (opts.loopLimit === 0) continue;
-    // Loop-cut detection.
-    // value is the tag, or a select (chain) one of whose values is
-    const names = (value: number, tag: number, depth = 0): boolean => {
-      if (value === tag) return true;
-      const d = def.get(value);
-      return !!d && d.op === 169 /* OpSelect */ && depth < 64 &&
-        (names(word(d, 4), tag, depth + 1) || names(word(d, 5), tag, depth + 1));
-    };
-    const storesTag = (k: number, tag?: number): boolean => {
-      const b = f.blocks[k]!;
-      for (let i = b.start; i < b.end; i++) {
-        const s = insts[i]!;
-        if (s.op !== Op.Store || !isTagPtr(word(s, 1))) continue;
-        if (tag === undefined) return true;
-        if (names(word(s, 2), tag)) return true;
-      }
-      return false;
-    };
-    const preds = new Map<number, number[]>();
-    for (let k = 0; k < f.blocks.length; k++)
-      for (const x of targetsOf(k)) {
-        const j = index.get(x);
-        if (j !== undefined) preds.set(j, [...(preds.get(j) ?? []), k]);
-      }
-    for (const [h, m] of headers) {
-      const mk = index.get(m);
-      if (mk === undefined || small.has(h)) continue;  // a guarded small loop keeps no tag
-      // the merge block's check: OpLoad(tag) == constant
-      const mb = f.blocks[mk]!;
-      let tag: number | undefined;
-      for (let i = mb.start; i < mb.end && tag === undefined; i++) {
-        const s = insts[i]!;
-        if (s.op !== Op.IEqual) continue;
-        const l = def.get(word(s, 3));
-        if (l && l.op === Op.Load && isTagPtr(word(l, 3)) && consts.has(word(s, 4))) tag = word(s, 4);
-      }
-      if (tag === undefined) return `loop merge %${m} does not check the loop tag`;
-      if (loopTags.has(consts.get(tag)!)) return `loop tag ${consts.get(tag)} used twice`;
-      loopTags.add(consts.get(tag)!);
-      const hk = index.get(h)!;
-      for (const pk of preds.get(hk) ?? []) {
-        if (pk >= hk) continue;  // back-edge
-        // entry edge: the block, or a block split off the edge that branches only to the header
-        if (!storesTag(pk, tag)) return `entry into loop %${h} from %${f.blocks[pk]!.label} does not set its tag`;
-      }
-      for (const pk of preds.get(mk) ?? []) {
-        if (cancelExits.has(`${f.blocks[pk]!.label}>${m}`)) continue;
-        if (!storesTag(pk)) return `exit of loop %${h} from %${f.blocks[pk]!.label} does not restore the tag`;
-      }
-    }
   }
   return null;
 }

@@ -52,7 +52,16 @@ describe('programPrepare: accepted modules', () => {
     expect(verifyRewrite(src, { loopLimit: 0, entryIndex: 0 })).toMatch(/control variable/);
     const plain = accepted(src).words;
     expect(verifyRewrite(plain, { loopLimit: 0, entryIndex: 0 })).toBeNull();
-    expect(verifyRewrite(plain, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toMatch(/tag/);
+    expect(verifyRewrite(plain, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toMatch(/probe/);
+    // with detection: the probe that lost its DontUnroll (NIR could unroll it: nothing to cut)
+    const probed = accepted(src, { limits: { loopLimit: LAVAPIPE_CAP } }).words;
+    expect(verifyRewrite(probed, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toBeNull();
+    const unrollable = probed.slice();
+    let dont = 0;
+    for (let off = 5; off < unrollable.length; off += unrollable[off]! >>> 16)
+      if ((unrollable[off]! & 0xffff) === 246 /* OpLoopMerge */ && unrollable[off + 3] === 2) { unrollable[off + 3] = 0; dont++; }
+    expect(dont).toBe(1);
+    expect(verifyRewrite(unrollable, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toMatch(/probe/);
     // Point every access to control.cancel at control.status instead: no cycle is cut any more.
     const broken = plain.slice();
     let control = -1, one = -1;
@@ -80,13 +89,15 @@ describe('programPrepare: accepted modules', () => {
     expect(text).toMatch(/OpDecorate %\w+ DescriptorSet 1/);
     expect(text).toMatch(/OpAtomicLoad/);
     expect(text).toMatch(/OpAtomicUMax/);
-    expect(text).not.toMatch(/vugpu_loop_tag/);
+    expect(text).not.toMatch(/DontUnroll/);
+    // with loop-cut detection: the probe before the return, for (i = 0; i < (cancel | 4); i++),
+    // and nothing else (no shared memory, no built-in)
     const detect = disassemble(accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.1'), { limits: { loopLimit: LAVAPIPE_CAP } }).words);
-    expect(detect).toMatch(/OpName %\w+ "vugpu_loop_tag"/);
-    expect(detect).toMatch(/BuiltIn LocalInvocationIndex/);
+    expect(detect).toMatch(/%(\w+) = OpAtomicLoad[^\n]*\s+%\w+ = OpIEqual %bool %\1 %uint_0\w*\s+%(\w+) = OpBitwiseOr %uint %\1 %uint_4\w*\s+OpBranch %(\w+)\s+%\3 = OpLabel\s+%(\w+) = OpPhi %uint %uint_0\w* %\w+ %\w+ %\w+\s+%(\w+) = OpULessThan %bool %\4 %\2\s+OpLoopMerge %\w+ %\w+ DontUnroll\s+OpBranchConditional %\5 /);
+    expect(detect).not.toMatch(/OpVariable %\S+ Workgroup|LocalInvocationIndex/);
   });
 
-  it('adds 3 instructions per back-edge (4 for a do-while); detection adds none to a for loop', () => {
+  it('adds 3 instructions per back-edge (4 for a do-while); detection adds none to any loop', () => {
     const check = String.raw`%(\w+) = OpAccessChain %\S+ %vugpu_control %uint_0\w*\s+%(\w+) = OpAtomicLoad %uint %\1 %\w+ %\w+\s+%(\w+) = OpIEqual %bool %\2 %\w+\s+`;
     // cancelEvery 1: every back-edge loads the word (GPUs load it every 64th: the next test)
     const text = (src: string, loopLimit: number) =>
@@ -98,12 +109,10 @@ describe('programPrepare: accepted modules', () => {
     // do-while: cond && ok
     const doBack = new RegExp(`${check}%(\\w+) = OpLogicalAnd %bool %\\w+ %\\3\\s+OpBranchConditional %\\4 `);
     expect(text(GLSL.doWhile!, 0)).toMatch(doBack);
-    // with detection a do-while's exit also selects the tag (3 more, every iteration)
-    const doDetect = new RegExp(`${check}%(\\w+) = OpLogicalAnd[^\\n]*\\s+%\\w+ = OpLoad[^\\n]*\\s+%(\\w+) = OpSelect[^\\n]*\\s+OpStore %\\w+ %\\5\\s+OpBranchConditional %\\4 `);
-    expect(text(GLSL.doWhile!, LAVAPIPE_CAP)).toMatch(doDetect);
+    expect(text(GLSL.doWhile!, LAVAPIPE_CAP)).toMatch(doBack);
   });
 
-  it('without loop-cut detection (GPUs) a back-edge loads the cancel word every 2^k-th time: a counter, a selection, an OpPhi', () => {
+  it('a back-edge loads the cancel word every 2^k-th time: a counter, a selection, an OpPhi', () => {
     const periodic = (mask: number) => new RegExp(String.raw`%(\w+) = OpLoad %uint %vugpu_backedges\s+%(\w+) = OpIAdd %uint %\1 %uint_1\w*\s+` +
       String.raw`OpStore %vugpu_backedges %\2\s+%(\w+) = OpBitwiseAnd %uint %\2 %uint_${mask}\w*\s+%(\w+) = OpIEqual %bool %\3 %uint_0\w*\s+` +
       String.raw`OpSelectionMerge %(\w+) None\s+OpBranchConditional %\4 %(\w+) %\5\s+%\6 = OpLabel\s+%(\w+) = OpAccessChain %\S+ %vugpu_control %uint_0\w*\s+` +
@@ -117,8 +126,9 @@ describe('programPrepare: accepted modules', () => {
     }
     // do-while: cond && ok in the new block
     expect(text(GLSL.doWhile!, { loopLimit: 0 })).toMatch(new RegExp(periodic(63).source + String.raw`%(\w+) = OpLogicalAnd %bool %\w+ %\10\s+OpBranchConditional %\11 `));
-    // With detection (lavapipe) every back-edge still loads it (measured cheaper there).
-    expect(text(GLSL.forLoop!, { loopLimit: LAVAPIPE_CAP })).not.toMatch(/vugpu_backedges/);
+    // With loop-cut detection (lavapipe) too (measured cheaper there since the detection is a
+    // probe at the returns); the probe itself loads the word once
+    expect(text(GLSL.forLoop!, { loopLimit: LAVAPIPE_CAP })).toMatch(new RegExp(periodic(63).source + String.raw`OpBranchConditional %\10 %\w+ %\w+\n`));
     // The structural check insists on the counter: one that stepped by 2 would not pass.
     const words = accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.1'), { limits: { loopLimit: 0 } }).words;
     expect(verifyRewrite(words, { loopLimit: 0, entryIndex: 0 })).toBeNull();
@@ -213,11 +223,13 @@ describe('programPrepare: accepted modules', () => {
     const v10 = accepted(compileGlsl(GLSL.forLoop!, 'vulkan1.0')).words;
     expect(v10[1]).toBe(0x10000);
     expect(disassemble(v10)).toMatch(/OpDecorate %\w+ BufferBlock/);  // SPIR-V 1.0: Uniform + BufferBlock
-    const v15 = accepted(compileGlsl(GLSL.forLoop!, 'spirv1.5'), { limits: { loopLimit: LAVAPIPE_CAP } }).words;
+    const v15 = accepted(compileGlsl(GLSL.forLoop!, 'spirv1.5'), { limits: { loopLimit: 0 } }).words;
     expect(v15[1]).toBe(0x10500);
     // SPIR-V 1.4+: every global the entry point uses is in its interface, ours included
     const ep = disassemble(v15).split('\n').find((l) => l.includes('OpEntryPoint'))!;
-    expect(ep.split(' %').length).toBeGreaterThan(6);
+    expect(ep).toMatch(/ %vugpu_control\b/);
+    expect(ep).toMatch(/ %vugpu_backedges\b/);
+    expect(disassemble(v10).split('\n').find((l) => l.includes('OpEntryPoint'))).not.toMatch(/vugpu/);
   });
 
   it('is deterministic, leaves its input alone, and never reads past a truncated module', () => {
@@ -288,9 +300,9 @@ describe('programPrepare: small constant loops on devices that do not cut loops'
     const r = run(sgemm(), 0);
     expect(r.edges.map((e) => e.kind)).toEqual(['checked', 'plain']);
     expect(r.unchecked).toEqual([r.edges[1]!.header]);
-    // with loop-cut detection (lavapipe) too: the k0 loop guards it (see below)
+    // with loop-cut detection (lavapipe) too; the third loop is the probe before the return
     const d = run(sgemm(), LAVAPIPE_CAP);
-    expect(d.edges.map((e) => e.kind)).toEqual(['checked', 'plain']);
+    expect(d.edges.map((e) => e.kind)).toEqual(['checked', 'plain', 'checked']);
     expect(d.unchecked).toEqual([d.edges[1]!.header]);
     // negative control: TILE = 1000 in the rewritten words — the checker no longer proves the
     // inner loop small, so its cycle is one without a stop check
@@ -347,67 +359,51 @@ describe('programPrepare: small constant loops on devices that do not cut loops'
     expect(disassemble(ssa)).toMatch(/OpPhi/);
     const r = run(ssa, 0);
     expect(r.edges.map((e) => e.kind)).toEqual(['plain']);
-    expect(run(ssa, LAVAPIPE_CAP).edges.map((e) => e.kind)).toEqual(['checked']);
+    expect(run(ssa, LAVAPIPE_CAP).edges.map((e) => e.kind)).toEqual(['plain', 'checked']);  // + the probe
   });
 });
 
 describe('programPrepare: small constant loops on devices that cut loops (lavapipe)', () => {
+  // The same rule as on GPUs: the probe at each return sees a cut of any loop, checked or not
+  // (test/gpu/vulkan-direct.test.ts cuts inside an unchecked one).
   const run = (words: Uint32Array) => {
     const r = prepare(words, { limits: { loopLimit: LAVAPIPE_CAP } });
     expect(r.message).toBe('');
     expect(native.programValidate(r.words!)).toBeNull();
     expect(verifyRewrite(r.words!, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toBeNull();
-    return { unchecked: [...r.uncheckedLoops!], kinds: backEdges(r.words!).map((e) => e.kind), words: r.words! };
+    // the last loop is the probe (one per return of the entry point)
+    return { unchecked: [...r.uncheckedLoops!], kinds: backEdges(r.words!).map((e) => e.kind).slice(0, -1), words: r.words! };
   };
   const shader = (body: string) => compileGlsl(loopShader(body));
   const inner = 'for (uint j = 0u; j < 16u; j++) v[g] += float(i * j);';
 
-  it('a small loop inside a checked for loop keeps no check (nor tag: verifyRewrite); the guard gets DontUnroll', () => {
+  it('a small loop keeps its plain back-edge wherever it is; only the probe gets DontUnroll', () => {
     const r = run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} }`));
     expect(r.kinds).toEqual(['checked', 'plain']);
     expect(r.unchecked).toHaveLength(1);
-    const dis = disassemble(r.words);
-    expect(dis.match(/OpLoopMerge %\w+ %\w+ DontUnroll/g)).toHaveLength(1);
-    // a continue after it still reaches the guard's back-edge
-    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) continue; v[g] += 1.0; }`)).kinds).toEqual(['checked', 'plain']);
+    expect(disassemble(r.words).match(/OpLoopMerge %\w+ %\w+ DontUnroll/g)).toHaveLength(1);
+    expect(run(shader(inner.replace('i * j', 'j'))).kinds).toEqual(['plain']);
+    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) break; }`)).kinds).toEqual(['checked', 'plain']);
+    expect(run(shader(`uint i = 0u; do { ${inner} i++; } while (i < p.n);`)).kinds).toEqual(['checked', 'plain']);
   });
 
-  it('sgemm: the k0 loop pays nothing for its tag per iteration (its exit becomes a selection even though its body starts with one)', () => {
+  it('puts a probe before every return of the entry point, and none in other functions', () => {
+    const early = prepare(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) return; }`), { limits: { loopLimit: LAVAPIPE_CAP } });
+    expect(disassemble(early.words!).match(/DontUnroll/g)).toHaveLength(2);
+    const helper = prepare(compileGlsl(GLSL.helpers!, 'vulkan1.1'), { limits: { loopLimit: LAVAPIPE_CAP } });
+    expect(verifyRewrite(helper.words!, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toBeNull();
+    expect(disassemble(helper.words!).match(/DontUnroll/g)).toHaveLength(1);
+  });
+
+  it('sgemm: nothing of the detection runs inside its loops', () => {
     const r = run(compileGlsl(fs.readFileSync(path.join(repoRoot, 'guest/programs/sgemm.comp'), 'utf8'), 'vulkan1.1'));
     expect(r.kinds).toEqual(['checked', 'plain']);
     const lines = disassemble(r.words).split('\n').map((l) => l.trim());
-    const header = lines.findIndex((l) => /^OpLoopMerge %\w+ %\w+ DontUnroll$/.test(l));
-    expect(lines[header + 1]).toMatch(/^OpBranch %(\w+)$/);
-    const cond = lines.indexOf(`${lines[header + 1]!.split(' ')[1]} = OpLabel`);
-    const end = lines.findIndex((l, i) => i > cond && /^OpBranch(Conditional)? /.test(l));
-    const block = lines.slice(cond, end + 1);
-    expect(block.filter((l) => l.startsWith('OpStore'))).toEqual([]);  // the tag is restored on the exit edge only
-    expect(block.at(-2)).toMatch(/^OpSelectionMerge /);
-  });
-
-  it('keeps the tag and the check where no guard is sure to see a cut', () => {
-    // no loop around it
-    expect(run(shader(inner.replace('i * j', 'j'))).kinds).toEqual(['checked']);
-    // a break or a return after it leaves the outer loop without its end-of-pass
-    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) break; }`)).kinds).toEqual(['checked', 'checked']);
-    expect(run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} if (v[g] > 9.0) return; }`)).kinds).toEqual(['checked', 'checked']);
-    // a do-while around it leaves in its continue construct, before the end of the pass
-    expect(run(shader(`uint i = 0u; do { ${inner} i++; } while (i < p.n);`)).kinds).toEqual(['checked', 'checked']);
-    // a small loop around it is no guard; a checked one further out is
-    const two = run(shader(`for (uint i = 0u; i < p.n; i++) for (uint k = 0u; k < 4u; k++) { ${inner} }`));
-    expect(two.kinds).toEqual(['checked', 'plain', 'plain']);
-  });
-
-  it('the structural check refuses a guard that NIR could unroll (negative control)', () => {
-    const r = run(shader(`for (uint i = 0u; i < p.n; i++) { ${inner} }`));
-    const broken = r.words.slice();
-    let patched = 0;
-    for (let off = 5; off < broken.length; off += broken[off]! >>> 16)
-      if ((broken[off]! & 0xffff) === 246 /* OpLoopMerge */ && broken[off + 3] === 2) {
-        broken[off + 3] = 0;
-        patched++;
-      }
-    expect(patched).toBe(1);
-    expect(verifyRewrite(broken, { loopLimit: LAVAPIPE_CAP, entryIndex: 0 })).toMatch(/without the stop check/);
+    // the same stores and atomics as the GPU's rewrite: the probe reuses the return's load
+    const gpu = disassemble(prepare(compileGlsl(fs.readFileSync(path.join(repoRoot, 'guest/programs/sgemm.comp'), 'utf8'), 'vulkan1.1'),
+      { limits: { loopLimit: 0 } }).words!).split('\n').map((l) => l.trim());
+    const probe = lines.findIndex((l) => /OpBitwiseOr %uint %\w+ %uint_4/.test(l));
+    expect(probe).toBeGreaterThan(0);
+    expect(lines.filter((l) => /OpStore|OpAtomic/.test(l)).length).toBe(gpu.filter((l) => /OpStore|OpAtomic/.test(l)).length);
   });
 });

@@ -70,7 +70,46 @@ describe.skipIf(!haveDevice)('vulkanDirectRun with the rewrite', () => {
     expect(run(200_000).status).toBe(2);
   });
 
-  it('a cut inside an untagged small loop is reported by its guard (lavapipe: status 2, never a wrong result)', () => {
+  it('a limiter spent by one loop cuts the next one after a single pass: reported, at the end or at an early return', () => {
+    if (!backend.limits.loopLimit) return; // a GPU cuts no loops
+    // Loop 1 takes n passes of lavapipe's 65,535; loop 2 then needs m more. Raw, the program
+    // returns a wrong count once they do not fit; rewritten, it reports status 2 instead. With
+    // early = 1 the invocation returns from inside loop 2 once it has counted m - 1 (the probe
+    // sits before that return too).
+    const src = `#version 450
+layout(local_size_x = 8) in;
+layout(set = 0, binding = 0) buffer B { uint v[]; };
+layout(push_constant) uniform P { uint n, m, early; } p;
+void main() {
+  uint s = 7u;
+  for (uint i = 0u; i < p.n; i++) s = s * 1664525u + 1013904223u;
+  v[8u + gl_LocalInvocationID.x] = s;
+  uint c = 0u;
+  for (uint j = 0u; j < p.m; j++) {
+    c++;
+    if (p.early != 0u && c == p.m - 1u) { v[gl_LocalInvocationID.x] = c; return; }
+  }
+  v[gl_LocalInvocationID.x] = c;
+}`;
+    const raw = compileGlsl(src);
+    const pp = native.programPrepare(raw, 0, new Uint32Array(0), backend.limits);
+    expect(pp.reason).toBe(0);
+    const run = (words: Uint32Array, control: boolean, n: number, m: number, early = 0) => {
+      const out = new Uint32Array(16);
+      const r = native.vulkanDirectRun({ words, entry: 'main', control, buffers: [out], writable: [true], push: u32s(n, m, early), grid: [1, 1, 1] });
+      return { status: r.status, count: out[0]! };
+    };
+    expect(run(raw, false, 65_528, 12).count).toBeLessThan(12); // the cap, silently
+    for (const early of [0, 1]) {
+      const want = early ? 11 : 12;
+      expect(run(pp.words!, true, 1000, 12, early)).toEqual({ status: 0, count: want });
+      expect(run(pp.words!, true, 65_500, 12, early)).toEqual({ status: 0, count: want });
+      expect(run(pp.words!, true, 65_528, 12, early).status).toBe(2);
+      expect(run(pp.words!, true, 200_000, 12, early).status).toBe(2);
+    }
+  });
+
+  it('a cut inside an unchecked small loop is reported by the probe at the return (lavapipe: status 2, never a wrong result)', () => {
     if (!backend.limits.loopLimit) return; // a GPU cuts no loops
     // Per outer iteration 14 end-of-passes: the inner loop's 12 iterations take 13 passes (the
     // last one only leaves it: a break is a mask in gallivm, the pass still ends) + the outer
@@ -93,7 +132,7 @@ void main() {
 }`;
     const pp = native.programPrepare(compileGlsl(src), 0, new Uint32Array(0), backend.limits);
     expect(pp.reason).toBe(0);
-    expect(pp.uncheckedLoops).toHaveLength(1); // the inner loop: untagged, guarded by the outer one
+    expect(pp.uncheckedLoops).toHaveLength(1); // the inner loop: no check of its own
     const run = (n: number) => {
       const out = new Float32Array(8).fill(NaN);
       const r = native.vulkanDirectRun({ words: pp.words!, entry: pp.entry!.name, control: true, buffers: [out], writable: [true], push: u32s(n), grid: [1, 1, 1] });

@@ -9,25 +9,24 @@
 //   back-edge      cancel = atomic load (Relaxed; Device scope, QueueFamily under the Vulkan memory
 //                  model) — an atomic load cannot be hoisted out of the loop; the branch becomes
 //                  OpBranchConditional (cancel == 0) header merge (cond && ok for a do-while).
-//   entry returns  status = loop_cut ? 2 : cancel != 0 ? 1 : 0; if nonzero, atomicMax into
-//                  control.status inside a small selection construct before the OpReturn.
+//   entry returns  status = cancel != 0 ? 1 : the probe saw a cut (below) ? 2 : 0; if nonzero,
+//                  atomicMax into control.status inside a small selection construct before the
+//                  OpReturn.
 //   OpUnreachable  becomes a return (an early loop exit may now reach a block that was unreachable).
 //   small loops    a loop whose trip count is a proven constant keeps its back-edge as is, when
 //                  that count times the counts of every enclosing loop left so is ≤ kSmallTrips:
 //                  a check there stops NVIDIA's compiler from unrolling it (SGEMM's 16-step inner
 //                  loop ran 18× slower), and an enclosing checked loop (or the launch's end) still
 //                  stops it within kSmallTrips iterations. Proven = see Rewriter::constTrip;
-//                  anything else is checked. With loop-cut detection only a small loop that has a
-//                  guard (see smallLoops) is left so, untagged too (lavapipe: tagging SGEMM's
-//                  inner loop cost 6 %). The skipped headers are reported (Prepared::uncheckedLoops).
+//                  anything else is checked. A cut of such a loop on lavapipe is seen by the
+//                  probe like any other. The skipped headers are reported (Prepared::uncheckedLoops).
 //   (Limits::cancelLoadEarly, a benchmark switch: the atomic load moves to the loop header, after
 //   its OpPhis — the header dominates the back-edge — and only the compare stays at the back-edge.)
-//   every 2^k       with loopLimit == 0 (GPUs), a back-edge block B without a merge instruction
-//                   loads the word only every Limits::cancelEvery-th checked back-edge of the
-//                   invocation (kCancelEvery by default): on a GPU the load is an L2 round trip
-//                   that a loop with barriers cannot overlap (the SGEMM sample ran 1.31× slower
-//                   checking every iteration). (On lavapipe, with the detection, the counter and
-//                   selection cost more than the load they save: SGEMM 1.05× against 1.02–1.03×.)
+//   every 2^k       a back-edge block B without a merge instruction loads the word only every
+//                   Limits::cancelEvery-th checked back-edge of the invocation (kCancelEvery by
+//                   default): on a GPU the load is an L2 round trip that a loop with barriers
+//                   cannot overlap (the SGEMM sample ran 1.31× slower checking every iteration);
+//                   on lavapipe a per-lane loop (SGEMM 1.03× against 1.02×, bench/rewrite-cost.ts).
 //                   B counts in a Private uint and branches:
 //                     B: n1 = vugpu_backedges + 1; store; due = (n1 & (every-1)) == 0
 //                        OpSelectionMerge M; OpBranchConditional due L M
@@ -38,16 +37,13 @@
 // Loop-cut detection (loopLimit > 0). lavapipe ends a loop when a limiter shared by all loops of a
 // SIMD group reaches 0, at the end of a pass, as if the loop had exited — and passes run with every
 // lane masked off (a loop in a branch no lane took) count too, so no counter in the program can
-// mirror it. Instead each invocation keeps the tag of its innermost running loop in shared memory,
-// uint vugpu_loop_tag[N] (N = maxWgInvocations, indexed by LocalInvocationIndex; memory, so that
-// the compiler front end, which does not know of the cut, cannot fold the check away):
-//   entering a loop  saves the current tag in a Function variable, tag = T(loop);
-//   leaving it       by any of its exits: tag = the saved one (edges that enter or leave a loop
-//                    are split into a new block, so iterations pay nothing; a do-while's exit,
-//                    in the continue construct, selects the tag every iteration instead);
-//   its merge block  tag still T(loop) = the device cut the loop, or a cancel's exit left it:
-//                    private vugpu_loop_cut = 2 (reported unless the launch was cancelled);
-//   returns          of functions with loops restore the tag the function started with.
+// mirror it. But the limiter only goes down, and once spent it ends every later loop at its first
+// end-of-pass (measured). So each return of the entry point asks it, once per invocation, with a
+// probe loop whose trip count the compiler cannot know:
+//     n = cancel | kProbePasses;  for (i = 0; i < n; i++) {}   (DontUnroll; back-edge checked)
+//     i < n after it = the device cut the probe = the limiter was spent → status 2.
+// A cut that changed nothing (the loop's last pass) may go unseen, and reports can come a few
+// passes before the cap. Nothing of the detection runs inside the program's loops.
 #define SPV_ENABLE_UTILITY_CODE
 #include <spirv/unified1/spirv.h>
 
@@ -62,7 +58,7 @@ namespace vugpu::spirv::detail {
 
 namespace {
 
-// The periodic check (loopLimit == 0): the cancel word is loaded every kCancelEvery-th checked
+// The periodic check: the cancel word is loaded every kCancelEvery-th checked
 // back-edge by default, at most every kMaxCancelEvery-th (Limits::cancelEvery overrides).
 constexpr uint32_t kCancelEvery = 64;
 constexpr uint32_t kMaxCancelEvery = 1024;
@@ -120,6 +116,9 @@ bool InAnnotationSection(uint32_t op) {
 }
 
 constexpr uint32_t kSmallTrips = 256;
+// Passes of the loop-cut probe (file comment): enough that a compiler peeling an iteration or two
+// off it still leaves a continuing end-of-pass inside the loop for a spent limiter to cut.
+constexpr uint32_t kProbePasses = 4;
 
 class Rewriter {
  public:
@@ -135,7 +134,6 @@ class Rewriter {
   const Limits& lim_;
   uint32_t next_;
   bool detect_ = false;
-  uint32_t nextTag_ = 1;
 
   Words caps_, exts_, names_, decos_, globals_;
   std::map<uint32_t, Words> before_;               // instruction index → words inserted before it
@@ -144,9 +142,8 @@ class Rewriter {
   std::unordered_map<uint32_t, uint32_t> defIdx_;  // id → defining instruction (lazily)
 
   // ids
-  uint32_t tUint_ = 0, tBool_ = 0, c0_ = 0, c1_ = 0, c2_ = 0, cScope_ = 0, cN_ = 0, cNm1_ = 0,
-           tPtrCtlUint_ = 0, vCtl_ = 0, tPtrWgUint_ = 0, tPtrFnUint_ = 0, vTags_ = 0, vSlot_ = 0,
-           vCut_ = 0, vLocalIndex_ = 0;
+  uint32_t tUint_ = 0, tBool_ = 0, c0_ = 0, c1_ = 0, c2_ = 0, cScope_ = 0, tPtrCtlUint_ = 0,
+           vCtl_ = 0;
   // The periodic check (every_ > 1): the invocation's back-edge counter and the mask.
   uint32_t every_ = 1, vEdges_ = 0, cMask_ = 0;
 
@@ -190,11 +187,10 @@ class Rewriter {
   uint32_t constTrip(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
                      const std::vector<std::vector<uint32_t>>& succ, uint32_t hp,
                      const std::unordered_set<uint32_t>& body);
-  std::unordered_set<uint32_t> smallLoops(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
-                                         std::unordered_set<uint32_t>* guards);
+  std::unordered_set<uint32_t> smallLoops(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos);
   std::unordered_map<uint32_t, uint32_t> earlyLoad_;  // header label → its cancel word load (cancelLoadEarly)
   void declareGlobals();
-  void emitStatus(Words& v);
+  void emitStatus(Words& v, uint32_t label);
   Failure rewriteFunction(const Function& f);
   Failure patchEntryPoints();
 };
@@ -246,37 +242,6 @@ void Rewriter::declareGlobals() {
     Emit(globals_, SpvOpVariable, {tPtrPriv, vEdges_, SpvStorageClassPrivate, c0_});
     EmitStr(names_, SpvOpName, {vEdges_}, "vugpu_backedges");
   }
-  if (!detect_) return;
-  uint32_t n = std::clamp<uint32_t>(lim_.maxWgInvocations, 1, 4096);
-  cN_ = constant(n);
-  cNm1_ = constant(n - 1);
-  uint32_t tArr = fresh(), tPtrWgArr = fresh(), tPtrPriv = fresh();
-  tPtrWgUint_ = fresh();
-  tPtrFnUint_ = fresh();
-  vTags_ = fresh();
-  vSlot_ = fresh();
-  vCut_ = fresh();
-  Emit(globals_, SpvOpTypeArray, {tArr, tUint_, cN_});
-  Emit(globals_, SpvOpTypePointer, {tPtrWgArr, SpvStorageClassWorkgroup, tArr});
-  Emit(globals_, SpvOpTypePointer, {tPtrWgUint_, SpvStorageClassWorkgroup, tUint_});
-  Emit(globals_, SpvOpTypePointer, {tPtrFnUint_, SpvStorageClassFunction, tUint_});
-  Emit(globals_, SpvOpTypePointer, {tPtrPriv, SpvStorageClassPrivate, tUint_});
-  Emit(globals_, SpvOpVariable, {tPtrWgArr, vTags_, SpvStorageClassWorkgroup});
-  // Initialised to 0 so that code that never ran the entry's prologue still indexes in bounds.
-  Emit(globals_, SpvOpVariable, {tPtrPriv, vSlot_, SpvStorageClassPrivate, c0_});
-  Emit(globals_, SpvOpVariable, {tPtrPriv, vCut_, SpvStorageClassPrivate, c0_});
-  if (a_.localIndexVar) {
-    vLocalIndex_ = a_.localIndexVar;
-  } else {
-    uint32_t tPtrIn = fresh();
-    vLocalIndex_ = fresh();
-    Emit(globals_, SpvOpTypePointer, {tPtrIn, SpvStorageClassInput, tUint_});
-    Emit(globals_, SpvOpVariable, {tPtrIn, vLocalIndex_, SpvStorageClassInput});
-    Emit(decos_, SpvOpDecorate, {vLocalIndex_, SpvDecorationBuiltIn, SpvBuiltInLocalInvocationIndex});
-  }
-  EmitStr(names_, SpvOpName, {vTags_}, "vugpu_loop_tag");
-  EmitStr(names_, SpvOpName, {vSlot_}, "vugpu_invocation_slot");
-  EmitStr(names_, SpvOpName, {vCut_}, "vugpu_loop_cut");
 }
 
 uint32_t Rewriter::cancelledNot(Words& v) {
@@ -287,14 +252,35 @@ uint32_t Rewriter::cancelledNot(Words& v) {
   return ok;
 }
 
-// Replaces an OpReturn of the entry point: report a stop in the control block, then return.
-void Rewriter::emitStatus(Words& v) {
-  // cancelled: 1; else the cut flag (0 or 2) with detection
-  uint32_t ok = cancelledNot(v), st = fresh(), cut = c0_;
+// Replaces an OpReturn of the entry point (in the block labelled `label`): report a stop in the
+// control block, then return. With detection the probe loop (file comment) comes first.
+void Rewriter::emitStatus(Words& v, uint32_t label) {
+  uint32_t pc = fresh(), cw = fresh(), ok = fresh(), cut = c0_;
+  Emit(v, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
+  Emit(v, SpvOpAtomicLoad, {tUint_, cw, pc, cScope_, c0_});
+  Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
   if (detect_) {
+    // for (i = 0; i < n; i++) with n = cancel | kProbePasses, the back-edge checked like any
+    // other; i < n after it = the device cut it (the file comment).
+    uint32_t n = fresh(), h = fresh(), c = fresh(), m = fresh(), i = fresh(), i1 = fresh(),
+             more = fresh(), left = fresh();
     cut = fresh();
-    Emit(v, SpvOpLoad, {tUint_, cut, vCut_});
+    Emit(v, SpvOpBitwiseOr, {tUint_, n, cw, constant(kProbePasses)});
+    Emit(v, SpvOpBranch, {h});
+    Emit(v, SpvOpLabel, {h});
+    Emit(v, SpvOpPhi, {tUint_, i, c0_, label, i1, c});
+    Emit(v, SpvOpULessThan, {tBool_, more, i, n});
+    Emit(v, SpvOpLoopMerge, {m, c, SpvLoopControlDontUnrollMask});
+    Emit(v, SpvOpBranchConditional, {more, c, m});
+    Emit(v, SpvOpLabel, {c});
+    Emit(v, SpvOpIAdd, {tUint_, i1, i, c1_});
+    Emit(v, SpvOpBranchConditional, {ok, h, m});
+    Emit(v, SpvOpLabel, {m});
+    Emit(v, SpvOpULessThan, {tBool_, left, i, n});
+    Emit(v, SpvOpSelect, {tUint_, cut, left, c2_, c0_});
   }
+  // cancelled: 1; else the probe's verdict (0 or 2)
+  uint32_t st = fresh();
   Emit(v, SpvOpSelect, {tUint_, st, ok, cut, c1_});
   uint32_t any = fresh(), write = fresh(), merge = fresh(), ps = fresh(), old = fresh();
   Emit(v, SpvOpINotEqual, {tBool_, any, st, c0_});
@@ -451,11 +437,9 @@ uint32_t Rewriter::constTrip(const Function& f, const std::unordered_map<uint32_
   return trips;
 }
 
-// Loop headers of f whose back-edges keep no check (see the file comment); with loop-cut
-// detection, the guard loop each of them relies on goes into *guards (header labels).
+// Loop headers of f whose back-edges keep no check (see the file comment).
 std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
-                                                  const std::unordered_map<uint32_t, uint32_t>& pos,
-                                                  std::unordered_set<uint32_t>* guards) {
+                                                  const std::unordered_map<uint32_t, uint32_t>& pos) {
   const uint32_t nb = uint32_t(f.blocks.size());
   std::vector<std::vector<uint32_t>> succ(nb);
   for (uint32_t p = 0; p < nb; ++p) {
@@ -486,55 +470,7 @@ std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
     l.trips = constTrip(f, pos, succ, p, l.body);
     loops.push_back(std::move(l));
   }
-  // With loop-cut detection a small loop S keeps no tag either, when a checked loop G around it
-  // (its guard) is sure to notice a cut of S: G's continue target ends in OpBranch G (so G's
-  // end-of-pass comes after its continue construct: no do-while exit in between), and every path
-  // from S's merge stays in blocks that reach that continue target without passing G's header
-  // (no break out of G, no return). lavapipe's limiter is one per invocation and stays ≤ 0 once
-  // it cut S, so G's next end-of-pass leaves G too, and G's merge sees G's tag. G's OpLoopMerge
-  // gets DontUnroll: NIR unrolls a loop around another only when it runs at most once, and an
-  // unrolled G would have no end-of-pass.
   std::unordered_set<uint32_t> out;
-  std::vector<std::vector<uint32_t>> pred(nb);
-  if (detect_)
-    for (uint32_t q = 0; q < nb; ++q)
-      for (uint32_t x : succ[q]) pred[x].push_back(q);
-  auto guarded = [&](const L& s) -> uint32_t {
-    if (s.mp == UINT32_MAX) return UINT32_MAX;
-    for (size_t o = 0; o < loops.size(); ++o) {
-      const L& g = loops[o];
-      if (&g == &s || !g.body.count(s.hp) || out.count(f.blocks[g.hp].label)) continue;
-      const Block& gb = f.blocks[g.hp];
-      auto cp = pos.find(m_.at(gb.mergeInst, 2));
-      if (cp == pos.end() || cp->second == g.hp) continue;
-      const Block& cb = f.blocks[cp->second];
-      if (m_.insts[cb.term].op != SpvOpBranch || m_.at(cb.term, 1) != gb.label) continue;
-      // blocks that reach the continue target without passing the header
-      std::vector<bool> reach(nb, false);
-      std::vector<uint32_t> work{cp->second};
-      reach[cp->second] = true;
-      while (!work.empty()) {
-        uint32_t q = work.back();
-        work.pop_back();
-        for (uint32_t x : pred[q])
-          if (x != g.hp && !reach[x]) reach[x] = true, work.push_back(x);
-      }
-      std::vector<bool> seen(nb, false);
-      work = {s.mp};
-      seen[s.mp] = true;
-      bool ok = true;
-      while (ok && !work.empty()) {
-        uint32_t q = work.back();
-        work.pop_back();
-        if (q == g.hp || !reach[q]) ok = false;
-        else if (q != cp->second)
-          for (uint32_t x : succ[q])
-            if (!seen[x]) seen[x] = true, work.push_back(x);
-      }
-      if (ok) return uint32_t(o);
-    }
-    return UINT32_MAX;
-  };
   // Outer loops come first (a header precedes the blocks it dominates).
   std::vector<bool> skipped(loops.size(), false);
   for (size_t k = 0; k < loops.size(); ++k) {
@@ -543,11 +479,6 @@ std::unordered_set<uint32_t> Rewriter::smallLoops(const Function& f,
     for (size_t o = 0; o < loops.size(); ++o)
       if (o != k && skipped[o] && loops[o].body.count(loops[k].hp)) product *= std::max<uint32_t>(loops[o].trips, 1);
     if (product > kSmallTrips) continue;
-    if (detect_) {
-      uint32_t g = guarded(loops[k]);
-      if (g == UINT32_MAX) continue;
-      guards->insert(f.blocks[loops[g].hp].label);
-    }
     skipped[k] = true;
     out.insert(f.blocks[loops[k].hp].label);
     unchecked.push_back(f.blocks[loops[k].hp].label);
@@ -561,7 +492,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
   if (nb == 0) return {};
   std::unordered_map<uint32_t, uint32_t> pos;  // label → block position
   struct Loop {
-    uint32_t header, merge, tag = 0, parentVar = 0, tagConst = 0;
+    uint32_t header, merge;
   };
   std::vector<Loop> loops;
   std::unordered_map<uint32_t, uint32_t> loopOfHeader, loopOfMerge;  // label → index in loops
@@ -581,30 +512,9 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     auto it = pos.find(target);
     return it != pos.end() && it->second <= p && loopOfHeader.count(target);
   };
-  // Small constant loops keep their back-edge; with detection only those with a guard, and they
-  // get no tag either: to the rest of the rewrite they are not loops.
-  std::unordered_set<uint32_t> guards;
-  const std::unordered_set<uint32_t> small = loops.empty() ? std::unordered_set<uint32_t>{} : smallLoops(f, pos, &guards);
-  if (detect_ && !small.empty()) {
-    std::vector<Loop> kept;
-    loopOfHeader.clear();
-    loopOfMerge.clear();
-    for (const Loop& l : loops) {
-      if (small.count(l.header)) continue;
-      loopOfHeader[l.header] = uint32_t(kept.size());
-      loopOfMerge[l.merge] = uint32_t(kept.size());
-      kept.push_back(l);
-    }
-    loops = std::move(kept);
-    for (uint32_t p = 0; p < nb; ++p) {
-      const Block& b = f.blocks[p];
-      if (!guards.count(b.label)) continue;
-      const uint32_t mi = b.mergeInst;
-      replace_[mi] = {4u << 16 | SpvOpLoopMerge, m_.at(mi, 1), m_.at(mi, 2), SpvLoopControlDontUnrollMask};
-    }
-  }
+  // Small constant loops keep their back-edge.
+  const std::unordered_set<uint32_t> small = loops.empty() ? std::unordered_set<uint32_t>{} : smallLoops(f, pos);
   auto isChecked = [&](uint32_t target, uint32_t p) { return isBackTarget(target, p) && !small.count(target); };
-  const bool detectHere = detect_ && (!loops.empty() || isEntry);
   // The back-edge's "cancel == 0" (its load in the header with cancelLoadEarly).
   auto backEdgeOk = [&](Words& v, uint32_t header) -> uint32_t {
     if (!lim_.cancelLoadEarly) return cancelledNot(v);
@@ -625,62 +535,6 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
     return ok;
   };
-  // Blocks that already have a structural role (merge or continue targets, loop headers): a new
-  // OpSelectionMerge may not name them. A selection header may be a merge block (as the second of
-  // two ifs in a row is): SGEMM's k0 loop body starts with one, and without the split its exit's
-  // tag update ran every iteration (a shared-memory load and store: lavapipe, ~5 %).
-  std::unordered_set<uint32_t> structural;
-  std::unordered_map<uint32_t, uint32_t> preds;  // label → number of branches to it
-  for (const Block& b : f.blocks) {
-    uint32_t top = m_.insts[b.term].op;
-    if (top == SpvOpBranch || top == SpvOpBranchConditional || top == SpvOpSwitch)
-      for (uint32_t j = ops_.first[b.term]; j < ops_.first[b.term + 1]; ++j) ++preds[ops_.ids[j]];
-  }
-  for (const Block& b : f.blocks) {
-    if (b.mergeInst == UINT32_MAX) continue;
-    structural.insert(m_.at(b.mergeInst, 1));
-    if (m_.insts[b.mergeInst].op != SpvOpLoopMerge) continue;
-    structural.insert(b.label);
-    structural.insert(m_.at(b.mergeInst, 2));
-  }
-
-  // Function variables (must lead the first block) and the prologue after the existing ones.
-  const Block& b0 = f.blocks[0];
-  uint32_t tagPtr = 0, startTag = 0;
-  if (detectHere) {
-    Words& decl = before_[b0.first + 1];
-    for (Loop& l : loops) {
-      l.tag = nextTag_++;
-      l.tagConst = constant(l.tag);
-      l.parentVar = fresh();
-      Emit(decl, SpvOpVariable, {tPtrFnUint_, l.parentVar, SpvStorageClassFunction});
-    }
-    uint32_t at = b0.first + 1;
-    for (uint32_t i = b0.first + 1; i < b0.term; ++i) {
-      uint32_t op = m_.insts[i].op;
-      if (op == SpvOpVariable) at = i + 1;
-      else if (op != SpvOpLine && op != SpvOpNoLine) break;
-    }
-    Words& v = before_[at];
-    tagPtr = fresh();
-    if (isEntry) {
-      uint32_t li = fresh(), lt = fresh(), slot = fresh();
-      Emit(v, SpvOpLoad, {tUint_, li, vLocalIndex_});
-      Emit(v, SpvOpULessThan, {tBool_, lt, li, cN_});
-      Emit(v, SpvOpSelect, {tUint_, slot, lt, li, cNm1_});
-      Emit(v, SpvOpStore, {vSlot_, slot});
-      Emit(v, SpvOpAccessChain, {tPtrWgUint_, tagPtr, vTags_, slot});
-      Emit(v, SpvOpStore, {tagPtr, c0_});
-      startTag = c0_;
-    } else {
-      uint32_t slot = fresh();
-      startTag = fresh();
-      Emit(v, SpvOpLoad, {tUint_, slot, vSlot_});
-      Emit(v, SpvOpAccessChain, {tPtrWgUint_, tagPtr, vTags_, slot});
-      Emit(v, SpvOpLoad, {tUint_, startTag, tagPtr});
-    }
-  }
-
   std::vector<std::pair<uint32_t, uint32_t>> newEdges;  // (merge label, from label): OpPhi + undef
   struct Rename {
     uint32_t target, from, to;
@@ -692,30 +546,12 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     uint32_t op = m_.insts[t].op;
     uint32_t insertAt = b.mergeInst != UINT32_MAX ? b.mergeInst : t;
 
-    // Merge block of a loop: left without taking an exit = the device cut it, or a cancel did
-    // (the returns tell them apart: a cancelled launch reports 1, whatever the cut flag says).
-    if (detectHere) {
-      if (auto it = loopOfMerge.find(b.label); it != loopOfMerge.end()) {
-        uint32_t start = b.first + 1;
-        while (start < t && (m_.insts[start].op == SpvOpPhi || m_.insts[start].op == SpvOpLine ||
-                             m_.insts[start].op == SpvOpNoLine))
-          ++start;
-        Words& v = before_[start];
-        uint32_t cur = fresh(), same = fresh(), st = fresh(), st2 = fresh();
-        Emit(v, SpvOpLoad, {tUint_, cur, tagPtr});
-        Emit(v, SpvOpIEqual, {tBool_, same, cur, loops[it->second].tagConst});
-        Emit(v, SpvOpLoad, {tUint_, st, vCut_});
-        Emit(v, SpvOpSelect, {tUint_, st2, same, c2_, st});
-        Emit(v, SpvOpStore, {vCut_, st2});
-      }
-    }
     Words& v = before_[insertAt];
 
     // The back-edge rewrite; fin is the block's final terminator (words), refusal the merge its
     // new cancel exit goes to (0: none).
     Words fin(m_.w + m_.insts[t].off, m_.w + m_.insts[t].off + m_.insts[t].wc);
     bool backEdge = false;
-    uint32_t doWhileExit = 0, doWhileCond = 0;  // do-while back-edge: cond true continues
     // The periodic check (every_ > 1; see the top): the back-edge moves to a new block M after
     // the selection; `w` is where what needs `ok` goes (M's body, or this block).
     const bool periodic = every_ > 1 && b.mergeInst == UINT32_MAX;
@@ -769,8 +605,6 @@ Failure Rewriter::rewriteFunction(const Function& f) {
           if (m_.insts[t].wc == 6) Emit(fin, SpvOpBranchConditional, {c2, t1, t2, m_.at(t, 4), m_.at(t, 5)});
           else Emit(fin, SpvOpBranchConditional, {c2, t1, t2});
           if (periodic) renames.push_back({merge, b.label, mLabel});
-          doWhileExit = merge;
-          doWhileCond = cond;
         } else if (h2 && !h1 && t1 == merge) {
           uint32_t nc = fresh(), c2 = fresh();
           Emit(w, SpvOpLogicalNot, {tBool_, nc, cond});
@@ -778,8 +612,6 @@ Failure Rewriter::rewriteFunction(const Function& f) {
           if (periodic) renames.push_back({merge, b.label, mLabel});
           if (m_.insts[t].wc == 6) Emit(fin, SpvOpBranchConditional, {c2, t2, t1, m_.at(t, 5), m_.at(t, 4)});
           else Emit(fin, SpvOpBranchConditional, {c2, t2, t1});
-          doWhileExit = merge;
-          doWhileCond = nc;
         } else {
           return {R_LOOP_FORM, "back-edge to loop header %" + std::to_string(header) + " from %" +
                                    std::to_string(b.label) + " branches elsewhere than the loop's merge"};
@@ -792,124 +624,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
                                    " is an OpSwitch"};
     }
 
-    Words tail;  // a block added after this one (a split edge)
-    if (detectHere) {
-      // What taking an edge to `target` does to the tag: leave a loop (restore its parent tag),
-      // enter one (save the current tag, set its own), or both, or nothing (0). Back-edges do
-      // nothing (the tag is already the loop's), nor does the new cancel exit (the merge's check
-      // ignores cancelled launches). Returns the new tag's id; emits the loads and saves into w.
-      auto hasEffect = [&](uint32_t target) {
-        return !isBackTarget(target, p) && (loopOfMerge.count(target) || loopOfHeader.count(target));
-      };
-      auto effect = [&](Words& w, uint32_t target) -> uint32_t {
-        if (!hasEffect(target)) return 0;
-        auto ex = loopOfMerge.find(target);
-        auto en = loopOfHeader.find(target);
-        uint32_t val = 0;
-        if (ex != loopOfMerge.end()) {
-          val = fresh();
-          Emit(w, SpvOpLoad, {tUint_, val, loops[ex->second].parentVar});
-        }
-        if (en != loopOfHeader.end()) {
-          uint32_t parent = val;
-          if (!parent) {
-            parent = fresh();
-            Emit(w, SpvOpLoad, {tUint_, parent, tagPtr});
-          }
-          Emit(w, SpvOpStore, {loops[en->second].parentVar, parent});
-          val = loops[en->second].tagConst;
-        }
-        return val;
-      };
-      uint32_t cur = 0;
-      auto current = [&]() {
-        if (!cur) {
-          cur = fresh();
-          Emit(v, SpvOpLoad, {tUint_, cur, tagPtr});
-        }
-        return cur;
-      };
-      uint32_t fop = fin[0] & 0xFFFF;
-      if (fop == SpvOpBranch) {
-        if (uint32_t val = effect(v, fin[1])) Emit(v, SpvOpStore, {tagPtr, val});
-      } else if (backEdge) {
-        if (doWhileExit) {
-          // The do-while's own exit runs in the continue construct, where no block may be added:
-          // select the tag instead (every iteration), in the block that takes the exit (M when
-          // periodic: its cond is defined there).
-          const Loop& l = loops[loopOfMerge[doWhileExit]];
-          uint32_t pv = fresh(), val = fresh();
-          Emit(w, SpvOpLoad, {tUint_, pv, l.parentVar});
-          Emit(w, SpvOpSelect, {tUint_, val, doWhileCond, l.tagConst, pv});
-          Emit(w, SpvOpStore, {tagPtr, val});
-        }
-      } else if (fop == SpvOpBranchConditional) {
-        uint32_t t1 = fin[2], t2 = fin[3];
-        bool e1 = hasEffect(t1), e2 = hasEffect(t2);
-        // "if (!c) break;" without a merge instruction: make it a selection whose merge is the
-        // target that stays, and move the tag change onto the exit edge (a new block), so that
-        // iterations that stay pay nothing.
-        uint32_t stay = e1 && !e2 ? t2 : t1, go = e1 && !e2 ? t1 : t2;
-        // (the merge must be dominated by this block: its only predecessor)
-        if (t1 != t2 && e1 != e2 && b.mergeInst == UINT32_MAX && !structural.count(stay) &&
-            preds[stay] == 1) {
-          uint32_t e = fresh();
-          Emit(tail, SpvOpLabel, {e});
-          Emit(tail, SpvOpStore, {tagPtr, effect(tail, go)});
-          Emit(tail, SpvOpBranch, {go});
-          Emit(v, SpvOpSelectionMerge, {stay, SpvSelectionControlMaskNone});
-          structural.insert(stay);
-          renames.push_back({go, b.label, e});
-          fin[go == t1 ? 2 : 3] = e;
-        } else if (e1 || e2) {
-          uint32_t v1 = e1 ? effect(v, t1) : 0, v2 = e2 ? effect(v, t2) : 0;
-          if (!v1) v1 = current();
-          if (!v2) v2 = current();
-          uint32_t val = v1;
-          if (v1 != v2) {
-            val = fresh();
-            Emit(v, SpvOpSelect, {tUint_, val, fin[1], v1, v2});
-          }
-          Emit(v, SpvOpStore, {tagPtr, val});
-        }
-      } else if (fop == SpvOpSwitch) {
-        // The tag after the switch: the default's, replaced by a case's where the selector
-        // matches that case's literal.
-        uint32_t sel = fin[1], selType = typeOf(sel);
-        uint32_t width = defOp(selType) == SpvOpTypeInt ? defAt(selType, 2) : 0;
-        if (width == 0 || width > 64) return {R_LOOP_FORM, "OpSwitch selector of unknown type"};
-        uint32_t lw = width > 32 ? 2 : 1;
-        bool any = hasEffect(fin[2]);
-        for (size_t k = 3 + lw; k < fin.size(); k += lw + 1) any = any || hasEffect(fin[k]);
-        if (any) {
-          std::unordered_map<uint32_t, uint32_t> valueOf;
-          auto value = [&](uint32_t target) {
-            auto it = valueOf.find(target);
-            if (it != valueOf.end()) return it->second;
-            uint32_t val = effect(v, target);
-            if (!val) val = current();
-            valueOf[target] = val;
-            return val;
-          };
-          uint32_t acc = value(fin[2]);
-          for (size_t k = 3; k + lw < fin.size(); k += lw + 1) {
-            uint32_t val = value(fin[k + lw]);
-            if (val == value(fin[2])) continue;
-            uint32_t kc = fresh(), eq = fresh(), sel2 = fresh();
-            globals_.push_back(uint32_t(3 + lw) << 16 | SpvOpConstant);
-            globals_.insert(globals_.end(), {selType, kc, fin[k]});
-            if (lw == 2) globals_.push_back(fin[k + 1]);
-            Emit(v, SpvOpIEqual, {tBool_, eq, sel, kc});
-            Emit(v, SpvOpSelect, {tUint_, sel2, eq, val, acc});
-            acc = sel2;
-          }
-          Emit(v, SpvOpStore, {tagPtr, acc});
-        }
-      }
-    }
-
     if (periodic && backEdge) {
-      // (after the detection's code: a do-while's tag select goes into M's body)
       // B ends in the selection; L loads the word; M takes the (rewritten) back-edge branch.
       Words sel;
       uint32_t pc = fresh();
@@ -927,20 +642,15 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     if (op == SpvOpUnreachable || op == SpvOpReturn || op == SpvOpReturnValue) {
       fin.clear();
       if (isEntry && op != SpvOpReturnValue) {
-        emitStatus(fin);
+        emitStatus(fin, b.label);
       } else {
-        if (detectHere) Emit(v, SpvOpStore, {tagPtr, startTag});
         if (op != SpvOpUnreachable) continue;
         if (f.typeId == a_.voidType && a_.voidType) Emit(fin, SpvOpReturn, {});
         else Emit(fin, SpvOpReturnValue, {undefOf(f.typeId)});
       }
     }
-    bool same = fin.size() == m_.insts[t].wc && tail.empty() &&
-                std::equal(fin.begin(), fin.end(), m_.w + m_.insts[t].off);
-    if (!same) {
-      fin.insert(fin.end(), tail.begin(), tail.end());
-      replace_[t] = std::move(fin);
-    }
+    bool same = fin.size() == m_.insts[t].wc && std::equal(fin.begin(), fin.end(), m_.w + m_.insts[t].off);
+    if (!same) replace_[t] = std::move(fin);
   }
 
   // OpPhis of blocks that gained or changed a predecessor.
@@ -977,11 +687,9 @@ Failure Rewriter::rewriteFunction(const Function& f) {
 
 Failure Rewriter::patchEntryPoints() {
   std::vector<uint32_t> ours{vCtl_};
-  if (detect_) ours.insert(ours.end(), {vTags_, vSlot_, vCut_, vLocalIndex_});
   if (vEdges_) ours.push_back(vEdges_);
-  // Before SPIR-V 1.4 the interface lists only Input/Output variables.
-  if (m_.version < 0x00010400) ours = detect_ ? std::vector<uint32_t>{vLocalIndex_} : std::vector<uint32_t>{};
-  if (ours.empty()) return {};
+  // Before SPIR-V 1.4 the interface lists only Input/Output variables (none of ours).
+  if (m_.version < 0x00010400) return {};
   for (uint32_t e : a_.entryPoints) {
     size_t afterName = 0;
     m_.str(e, 3, &afterName);
@@ -997,7 +705,7 @@ Failure Rewriter::patchEntryPoints() {
 
 Failure Rewriter::run(Words* out) {
   detect_ = lim_.loopLimit > 0;
-  if (!detect_ && !lim_.cancelLoadEarly) {
+  if (!lim_.cancelLoadEarly) {
     uint32_t e = lim_.cancelEvery ? lim_.cancelEvery : kCancelEvery;
     every_ = 1;
     while (every_ * 2 <= std::min<uint32_t>(e, kMaxCancelEvery)) every_ *= 2;  // a power of two

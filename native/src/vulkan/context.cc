@@ -641,10 +641,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   for (int i = 0; i < 3; i++) lim.maxWgSize[i] = std::min(lim.maxWgSize[i], L.maxComputeWorkGroupSize[i]);
   lim.subgroupSize = sub.subgroupSize ? sub.subgroupSize : 1;
   lim.loopLimit = haveDrv && drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? kLavapipeLoopLimit : 0;
-  // With a loop limit the rewrite adds one shared uint of loop tag per invocation of the largest
-  // workgroup, at most 4096 (native/src/spirv/rewrite.cc): the guest gets the rest.
-  uint32_t reserve = lim.loopLimit ? 4 * std::min<uint32_t>(lim.maxWgInvocations, 4096) : 0;
-  lim.maxSharedBytes = std::min(lim.maxSharedBytes, L.maxComputeSharedMemorySize - std::min(reserve, L.maxComputeSharedMemorySize));
+  lim.maxSharedBytes = std::min(lim.maxSharedBytes, L.maxComputeSharedMemorySize);
   uint32_t feat = 0;
   if (f2.features.shaderFloat64) feat |= spirv::F_FLOAT64;
   if (f2.features.shaderInt64) feat |= spirv::F_INT64;
