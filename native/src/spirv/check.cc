@@ -895,8 +895,6 @@ Failure Analyzer::run(uint32_t entryIndex, const SpecValue* spec, size_t nspec, 
         }
         if (!builtin)
           return {R_INSTRUCTION, "input variable " + Id(id) + " is not a compute built-in"};
-        if (d && d->builtIn == SpvBuiltInLocalInvocationIndex && pointee == a->uintType && a->uintType)
-          a->localIndexVar = id;
         break;
       }
       default: break;  // Function / others: phase A refused the rest

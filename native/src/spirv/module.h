@@ -88,7 +88,6 @@ struct Analysis {
   uint32_t uintType = 0;        // existing OpTypeInt 32 0, or 0
   uint32_t boolType = 0;        // existing OpTypeBool, or 0
   uint32_t voidType = 0;
-  uint32_t localIndexVar = 0;   // existing Input variable decorated BuiltIn LocalInvocationIndex, or 0
   bool hasStorageBufferExt = false;  // OpExtension "SPV_KHR_storage_buffer_storage_class"
   std::vector<Function> functions;
   std::vector<uint32_t> entryPoints;   // instruction index of every OpEntryPoint

@@ -495,13 +495,12 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     uint32_t header, merge;
   };
   std::vector<Loop> loops;
-  std::unordered_map<uint32_t, uint32_t> loopOfHeader, loopOfMerge;  // label → index in loops
+  std::unordered_map<uint32_t, uint32_t> loopOfHeader;  // label → index in loops
   for (uint32_t p = 0; p < nb; ++p) {
     const Block& b = f.blocks[p];
     pos[b.label] = p;
     if (b.mergeInst != UINT32_MAX && m_.insts[b.mergeInst].op == SpvOpLoopMerge) {
       loopOfHeader[b.label] = uint32_t(loops.size());
-      loopOfMerge[m_.at(b.mergeInst, 1)] = uint32_t(loops.size());
       loops.push_back({b.label, m_.at(b.mergeInst, 1)});
     }
   }
