@@ -68,6 +68,16 @@ describe.skipIf(!haveDevice)('vulkanDirectRun with the rewrite', () => {
       native.vulkanDirectRun({ words: pp.words!, entry: pp.entry!.name, control: true, buffers: [out], writable: [true], push: u32s(iterations, 7), grid: [1, 1, 1] });
     expect(run(1000).status).toBe(0);
     expect(run(200_000).status).toBe(2);
+    // At the edge: below it the right answer, past it status 2, and in between (the probe's own
+    // passes, docs/programs.md: up to 6 before the cap) either one — never a wrong answer.
+    const lim = backend.limits.loopLimit;
+    const lcg = (s: number, n: number) => { for (let i = 0; i < n; i++) s = (Math.imul(s, 1664525) + 1013904223) >>> 0; return s; };
+    for (let n = lim - 8; n <= lim + 3; n++) {
+      const r = run(n);
+      if (n <= lim - 7) expect(r.status, `${n}`).toBe(0);
+      if (n > lim) expect(r.status, `${n}`).toBe(2);
+      if (r.status === 0) expect(out[0], `${n}`).toBe(lcg(7, n));
+    }
   });
 
   it('a limiter spent by one loop cuts the next one after a single pass: reported, at the end or at an early return', () => {
