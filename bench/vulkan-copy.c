@@ -8,6 +8,9 @@
 //   pairs        up on queue i and down on queue j submitted together, for every i ≠ j: do the
 //                two directions run at once (PCIe is full duplex; CUDA's copies measured so on
 //                the same host: bench/cublas-sgemm.py, "both")?
+//   split        the up copy as two halves on queues i < j at once (a second copy engine: more
+//                than one engine's rate?), and the same with the down copy on the engine's
+//                download queue beside them
 //   floor        a submission of no command buffer, and one of an empty command buffer, and its
 //                fence, on the compute queue
 //   pieces       the up copy as 8 regions of one command, and as 8 submissions of one region
@@ -33,7 +36,7 @@ static uint32_t nfam, fams[8];
 static VkQueue q[MAXQ];
 static VkCommandPool pool[MAXQ];
 static int qfam[MAXQ], qidx[MAXQ], nq;
-static VkFence fence[2];
+static VkFence fence[3];
 static VkSemaphore sem;
 static uint64_t semv;
 
@@ -127,7 +130,7 @@ static int cmpd(const void* a, const void* b) {
 
 // One measured case: a name, and the queues it uses (-1 = none).
 typedef struct { char name[64]; int kind, i, j; double t[MAXR]; } Case;
-enum { UP, DOWN, PAIR, FLOOR, FLOOR_CMD, PIECES, SUBMITS, HOPS3, HOPS1 };
+enum { UP, DOWN, PAIR, SPLIT, SPLIT_DOWN, FLOOR, FLOOR_CMD, PIECES, SUBMITS, HOPS3, HOPS1 };
 
 int main(int argc, char** argv) {
   int R = argc > 1 ? atoi(argv[1]) : 15;
@@ -171,7 +174,7 @@ int main(int argc, char** argv) {
     pc.queueFamilyIndex = (uint32_t)qfam[i];
     CHECK(vkCreateCommandPool(dev, &pc, NULL, &pool[i]));
   }
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     VkFenceCreateInfo fi = {VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     CHECK(vkCreateFence(dev, &fi, NULL, &fence[i]));
   }
@@ -188,12 +191,14 @@ int main(int argc, char** argv) {
   const VkDeviceSize M = X << 20, UPB = 8 * M, DNB = 4 * M;
   VkBuffer hup = mkbuf(UPB, H, 1), hdn = mkbuf(DNB, H, 1);
   VkBuffer dup = mkbuf(UPB, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0), ddn = mkbuf(DNB, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
-  VkCommandBuffer up[MAXQ], dn[MAXQ], upPieces = copycmd(upQ, hup, dup, 0, UPB, 8), upPart[8];
+  VkCommandBuffer upHalf[2][MAXQ], up[MAXQ], dn[MAXQ], upPieces = copycmd(upQ, hup, dup, 0, UPB, 8), upPart[8];
   for (int i = 0; i < nq; i++) up[i] = copycmd(i, hup, dup, 0, UPB, 1), dn[i] = copycmd(i, ddn, hdn, 0, DNB, 1);
+  for (int i = 0; i < nq; i++)
+    for (int h = 0; h < 2; h++) upHalf[h][i] = copycmd(i, hup, dup, UPB / 2 * (VkDeviceSize)h, UPB / 2, 1);
   VkCommandBuffer emptyCmd = copycmd(compQ, hup, dup, 0, 0, 0);
   for (int k = 0; k < 8; k++) upPart[k] = copycmd(upQ, hup, dup, UPB / 8 * (VkDeviceSize)k, UPB / 8, 1);
 
-  static Case cs[MAXQ * MAXQ + 16];
+  static Case cs[2 * MAXQ * MAXQ + 16];
   int nc = 0;
 #define ADD(K, I, J, ...) do { cs[nc].kind = K; cs[nc].i = I; cs[nc].j = J; snprintf(cs[nc].name, 64, __VA_ARGS__); nc++; } while (0)
   for (int i = 0; i < nq; i++) {
@@ -203,6 +208,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < nq; i++)
     for (int j = 0; j < nq; j++)
       if (i != j) ADD(PAIR, i, j, "up q%d + down q%d", i, j);
+  for (int i = 0; i < nq; i++)
+    for (int j = i + 1; j < nq; j++) {
+      ADD(SPLIT, i, j, "up halves q%d + q%d", i, j);
+      if (i != downQ && j != downQ) ADD(SPLIT_DOWN, i, j, "up halves q%d + q%d, down q%d", i, j, downQ);
+    }
   ADD(FLOOR, compQ, -1, "submission of no command buffer + fence (compute queue)");
   ADD(FLOOR_CMD, compQ, -1, "an empty command buffer + fence (compute queue)");
   ADD(PIECES, upQ, -1, "up as 8 regions of one command buffer");
@@ -217,6 +227,13 @@ int main(int argc, char** argv) {
         case UP: submit(k->i, up[k->i], 0, fence[0]); wait(1); break;
         case DOWN: submit(k->i, dn[k->i], 0, fence[0]); wait(1); break;
         case PAIR: submit(k->i, up[k->i], 0, fence[0]); submit(k->j, dn[k->j], 0, fence[1]); wait(2); break;
+        case SPLIT: submit(k->i, upHalf[0][k->i], 0, fence[0]); submit(k->j, upHalf[1][k->j], 0, fence[1]); wait(2); break;
+        case SPLIT_DOWN:
+          submit(k->i, upHalf[0][k->i], 0, fence[0]);
+          submit(k->j, upHalf[1][k->j], 0, fence[1]);
+          submit(downQ, dn[downQ], 0, fence[2]);
+          wait(3);
+          break;
         case FLOOR: submit(k->i, VK_NULL_HANDLE, 0, fence[0]); wait(1); break;
         case FLOOR_CMD: submit(k->i, emptyCmd, 0, fence[0]); wait(1); break;
         case PIECES: submit(k->i, upPieces, 0, fence[0]); wait(1); break;
@@ -246,7 +263,7 @@ int main(int argc, char** argv) {
     Case* k = &cs[c];
     qsort(k->t, (size_t)R, sizeof(double), cmpd);
     printf("%s{\"name\":\"%s\",\"bestUs\":%.1f,\"p50Us\":%.1f}", c ? "," : "", k->name, k->t[0], k->t[R / 2]);
-    if (k->kind != PAIR || (k->i == upQ && k->j == downQ)) fprintf(stderr, "  %-56s %8.1f %8.1f\n", k->name, k->t[0], k->t[R / 2]);
+    if ((k->kind != PAIR && k->kind != SPLIT && k->kind != SPLIT_DOWN) || (k->kind == PAIR && k->i == upQ && k->j == downQ)) fprintf(stderr, "  %-56s %8.1f %8.1f\n", k->name, k->t[0], k->t[R / 2]);
   }
   printf("]}\n");
   // The best pair, for the summary.
@@ -254,5 +271,11 @@ int main(int argc, char** argv) {
   for (int c = 0; c < nc; c++)
     if (cs[c].kind == PAIR && (best < 0 || cs[c].t[0] < cs[best].t[0])) best = c;
   if (best >= 0) fprintf(stderr, "  best pair: %s %.1f\n", cs[best].name, cs[best].t[0]);
+  for (int kind = SPLIT; kind <= SPLIT_DOWN; kind++) {
+    best = -1;
+    for (int c = 0; c < nc; c++)
+      if (cs[c].kind == kind && (best < 0 || cs[c].t[0] < cs[best].t[0])) best = c;
+    if (best >= 0) fprintf(stderr, "  best split: %s %.1f\n", cs[best].name, cs[best].t[0]);
+  }
   return 0;
 }

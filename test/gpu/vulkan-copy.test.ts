@@ -30,7 +30,7 @@ interface Out {
 }
 
 describe('bench/vulkan-copy.c', () => {
-  it('measures every queue alone, every pair, the floor, the pieces and the hops', () => {
+  it('measures every queue alone, every pair, the split upload, the floor, the pieces and the hops', () => {
     const r = spawnSync(tool, ['2', '1'], { encoding: 'utf8', timeout: 60_000 });
     expect(r.status, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout) as Out;
@@ -41,8 +41,16 @@ describe('bench/vulkan-copy.c', () => {
     for (const k of ['compute', 'up', 'down'] as const) expect(out.engineQueues[k]).toBeLessThan(nq);
     const names = out.cases.map((c) => c.name);
     for (let i = 0; i < nq; i++) expect(names).toEqual(expect.arrayContaining([`up q${i}`, `down q${i}`]));
-    expect(names.filter((n) => / \+ down q/.test(n))).toHaveLength(nq * (nq - 1));
-    expect(names.length).toBe(2 * nq + nq * (nq - 1) + 6);
+    expect(names.filter((n) => /^up q\d+ \+ down q/.test(n))).toHaveLength(nq * (nq - 1));
+    // the up copy in halves on every two queues, and with the download queue's copy beside them
+    // (lavapipe has one queue: none)
+    const splits = names.filter((n) => /^up halves q\d+ \+ q\d+$/.test(n)).length;
+    const splitsDown = names.filter((n) => /^up halves q\d+ \+ q\d+, down q\d+$/.test(n)).length;
+    expect(splits).toBe((nq * (nq - 1)) / 2);
+    let pairsBesideDown = 0; // pairs without the download queue
+    for (let i = 0; i < nq; i++) for (let j = i + 1; j < nq; j++) if (i !== out.engineQueues.down && j !== out.engineQueues.down) pairsBesideDown++;
+    expect(splitsDown).toBe(pairsBesideDown);
+    expect(names.length).toBe(2 * nq + nq * (nq - 1) + splits + splitsDown + 6);
     for (const c of out.cases) {
       expect(c.bestUs, c.name).toBeGreaterThan(0);
       expect(c.p50Us, c.name).toBeGreaterThanOrEqual(c.bestUs);
