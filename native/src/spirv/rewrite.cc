@@ -26,7 +26,8 @@
 //                   Limits::cancelEvery-th checked back-edge of the invocation (kCancelEvery by
 //                   default): on a GPU the load is an L2 round trip that a loop with barriers
 //                   cannot overlap (the SGEMM sample ran 1.31× slower checking every iteration);
-//                   on lavapipe a per-lane loop (SGEMM 1.03× against 1.02×, bench/rewrite-cost.ts).
+//                   on lavapipe a loop over the SIMD lanes (the SGEMM sample 1.022–1.042× loading
+//                   at every back-edge against 1.023–1.027× in the same runs: bench/rewrite-cost.ts).
 //                   B counts in a Private uint and branches:
 //                     B: n1 = vugpu_backedges + 1; store; due = (n1 & (every-1)) == 0
 //                        OpSelectionMerge M; OpBranchConditional due L M
@@ -143,7 +144,7 @@ class Rewriter {
 
   // ids
   uint32_t tUint_ = 0, tBool_ = 0, c0_ = 0, c1_ = 0, c2_ = 0, cScope_ = 0, tPtrCtlUint_ = 0,
-           vCtl_ = 0;
+           vCtl_ = 0, cProbe_ = 0;
   // The periodic check (every_ > 1): the invocation's back-edge counter and the mask.
   uint32_t every_ = 1, vEdges_ = 0, cMask_ = 0;
 
@@ -211,6 +212,7 @@ void Rewriter::declareGlobals() {
   c0_ = constant(0);
   c1_ = constant(1);
   c2_ = constant(STATUS_LOOP_LIMIT);
+  if (detect_) cProbe_ = constant(kProbePasses);
   cScope_ = a_.vulkanMemoryModel ? constant(SpvScopeQueueFamily) : constant(SpvScopeDevice);
 
   // StorageBuffer is core from SPIR-V 1.3 (or with its extension); before that a storage buffer
@@ -265,7 +267,7 @@ void Rewriter::emitStatus(Words& v, uint32_t label) {
     uint32_t n = fresh(), h = fresh(), c = fresh(), m = fresh(), i = fresh(), i1 = fresh(),
              more = fresh(), left = fresh();
     cut = fresh();
-    Emit(v, SpvOpBitwiseOr, {tUint_, n, cw, constant(kProbePasses)});
+    Emit(v, SpvOpBitwiseOr, {tUint_, n, cw, cProbe_});
     Emit(v, SpvOpBranch, {h});
     Emit(v, SpvOpLabel, {h});
     Emit(v, SpvOpPhi, {tUint_, i, c0_, label, i1, c});
