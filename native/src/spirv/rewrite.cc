@@ -182,7 +182,8 @@ class Rewriter {
     const uint32_t* i = defInst(id);
     return i ? m_.at(*i, k) : 0;
   }
-  uint32_t cancelledNot(Words& v);  // bool: cancel word == 0
+  uint32_t loadCancel(Words& v, uint32_t cw = 0);  // the cancel word's atomic load (into cw if given)
+  uint32_t cancelledNot(Words& v, uint32_t* cw = nullptr);  // bool: cancel word == 0
   std::unordered_set<uint32_t> loopFns_;  // functions that contain or call (transitively) a loop
   bool constU32(uint32_t id, uint32_t* v);
   uint32_t constTrip(const Function& f, const std::unordered_map<uint32_t, uint32_t>& pos,
@@ -246,21 +247,26 @@ void Rewriter::declareGlobals() {
   }
 }
 
-uint32_t Rewriter::cancelledNot(Words& v) {
-  uint32_t pc = fresh(), cw = fresh(), ok = fresh();
+uint32_t Rewriter::loadCancel(Words& v, uint32_t cw) {
+  uint32_t pc = fresh();
+  if (!cw) cw = fresh();
   Emit(v, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
   Emit(v, SpvOpAtomicLoad, {tUint_, cw, pc, cScope_, c0_});
+  return cw;
+}
+
+uint32_t Rewriter::cancelledNot(Words& v, uint32_t* word) {
+  uint32_t cw = loadCancel(v), ok = fresh();
   Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
+  if (word) *word = cw;
   return ok;
 }
 
 // Replaces an OpReturn of the entry point (in the block labelled `label`): report a stop in the
 // control block, then return. With detection the probe loop (file comment) comes first.
 void Rewriter::emitStatus(Words& v, uint32_t label) {
-  uint32_t pc = fresh(), cw = fresh(), ok = fresh(), cut = c0_;
-  Emit(v, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
-  Emit(v, SpvOpAtomicLoad, {tUint_, cw, pc, cScope_, c0_});
-  Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
+  uint32_t cw = 0, cut = c0_;
+  const uint32_t ok = cancelledNot(v, &cw);
   if (detect_) {
     // for (i = 0; i < n; i++) with n = cancel | kProbePasses, the back-edge checked like any
     // other; i < n after it = the device cut it (the file comment).
@@ -526,11 +532,7 @@ Failure Rewriter::rewriteFunction(const Function& f) {
       while (at < hb.term && (m_.insts[at].op == SpvOpPhi || m_.insts[at].op == SpvOpLine ||
                               m_.insts[at].op == SpvOpNoLine))
         ++at;
-      uint32_t pc = fresh();
-      cw = fresh();
-      Words& h = before_[at];
-      Emit(h, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
-      Emit(h, SpvOpAtomicLoad, {tUint_, cw, pc, cScope_, c0_});
+      cw = loadCancel(before_[at]);
     }
     uint32_t ok = fresh();
     Emit(v, SpvOpIEqual, {tBool_, ok, cw, c0_});
@@ -628,12 +630,10 @@ Failure Rewriter::rewriteFunction(const Function& f) {
     if (periodic && backEdge) {
       // B ends in the selection; L loads the word; M takes the (rewritten) back-edge branch.
       Words sel;
-      uint32_t pc = fresh();
       Emit(sel, SpvOpSelectionMerge, {mLabel, SpvSelectionControlMaskNone});
       Emit(sel, SpvOpBranchConditional, {due, lLabel, mLabel});
       Emit(sel, SpvOpLabel, {lLabel});
-      Emit(sel, SpvOpAccessChain, {tPtrCtlUint_, pc, vCtl_, c0_});
-      Emit(sel, SpvOpAtomicLoad, {tUint_, cwLoad, pc, cScope_, c0_});
+      loadCancel(sel, cwLoad);
       Emit(sel, SpvOpBranch, {mLabel});
       Emit(sel, SpvOpLabel, {mLabel});
       sel.insert(sel.end(), mBody.begin(), mBody.end());
