@@ -176,7 +176,12 @@ int main(int argc, char** argv) {
   }
   static uint32_t words[1 << 16];
   const size_t bytes = fread(words, 1, sizeof words, fp);
+  const int more = fgetc(fp) != EOF;
   fclose(fp);
+  if (more || bytes < 20 || bytes % 4 || words[0] != 0x07230203u) {
+    fprintf(stderr, "vulkan-gemm-floor: %s is not a SPIR-V module of at most %zu bytes\n", spv, sizeof words);
+    return 2;
+  }
 
   VkPhysicalDevice pd = first_device(VK_API_VERSION_1_2);
   VkPhysicalDeviceProperties pp;

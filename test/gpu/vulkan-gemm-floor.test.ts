@@ -68,7 +68,9 @@ void main() {
   });
 
   it('refuses bad arguments with one line and exit 2', () => {
-    for (const args of [[SPV, '1000'], [SPV, '256'], [SPV, '512', '0'], [SPV, '512', '501'], [path.join(dir, 'none.spv')]]) {
+    const notSpirv = path.join(dir, 'not.spv');
+    writeFileSync(notSpirv, 'not a module\n');
+    for (const args of [[SPV, '1000'], [SPV, '256'], [SPV, '512', '0'], [SPV, '512', '501'], [path.join(dir, 'none.spv')], [notSpirv]]) {
       const r = spawnSync(tool, args, { encoding: 'utf8', timeout: 10_000 });
       expect(r.status, args.join(' ')).toBe(2);
       expect(r.stdout).toBe('');
