@@ -40,49 +40,17 @@ static VkFence fence[3];
 static VkSemaphore sem;
 static uint64_t semv;
 
-static int memtype(uint32_t bits, VkMemoryPropertyFlags want) {
-  for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
-    if ((bits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) return (int)i;
-  return -1;
-}
-
 static VkBuffer mkbuf(VkDeviceSize size, VkMemoryPropertyFlags want, int host) {
-  VkBufferCreateInfo bi = {VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  bi.size = size;
-  bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-  bi.sharingMode = nfam > 1 ? VK_SHARING_MODE_CONCURRENT : VK_SHARING_MODE_EXCLUSIVE;
-  bi.queueFamilyIndexCount = nfam > 1 ? nfam : 0;
-  bi.pQueueFamilyIndices = fams;
-  VkBuffer b;
-  CHECK(vkCreateBuffer(dev, &bi, NULL, &b));
-  VkMemoryRequirements mr;
-  vkGetBufferMemoryRequirements(dev, b, &mr);
-  VkMemoryAllocateInfo ai = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
-  ai.allocationSize = mr.size;
-  int t = memtype(mr.memoryTypeBits, want);
-  if (t < 0) t = memtype(mr.memoryTypeBits, host ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0);
-  ai.memoryTypeIndex = (uint32_t)t;
-  VkDeviceMemory m;
-  CHECK(vkAllocateMemory(dev, &ai, NULL, &m));
-  CHECK(vkBindBufferMemory(dev, b, m, 0));
-  if (host) {
-    void* p;
-    CHECK(vkMapMemory(dev, m, 0, size, 0, &p));
-    memset(p, 1, size);
-  }
+  void* p = NULL;
+  VkBuffer b = probe_buffer(dev, &mp, nfam, fams, size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT, want,
+                            host ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0, host ? &p : NULL);
+  if (host) memset(p, 1, size);
   return b;
 }
 
 // A command buffer of queue qi copying `pieces` equal regions (offset `at` in both buffers).
 static VkCommandBuffer copycmd(int qi, VkBuffer s, VkBuffer d, VkDeviceSize at, VkDeviceSize size, int pieces) {
-  VkCommandBufferAllocateInfo a = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  a.commandPool = pool[qi];
-  a.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  a.commandBufferCount = 1;
-  VkCommandBuffer c;
-  CHECK(vkAllocateCommandBuffers(dev, &a, &c));
-  VkCommandBufferBeginInfo b = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  CHECK(vkBeginCommandBuffer(c, &b));
+  VkCommandBuffer c = probe_begin(dev, pool[qi]);
   for (int i = 0; i < pieces; i++) {
     VkBufferCopy r = {at + size / pieces * i, at + size / pieces * i, size / pieces};
     vkCmdCopyBuffer(c, s, d, 1, &r);
@@ -136,14 +104,9 @@ int main(int argc, char** argv) {
   int R = argc > 1 ? atoi(argv[1]) : 15;
   VkDeviceSize X = argc > 2 ? (VkDeviceSize)atoi(argv[2]) : 1;
   if (R < 1 || R > MAXR || X < 1 || X > 256) { fprintf(stderr, "usage: vulkan-copy [rounds 1..%d] [scale 1..256]\n", MAXR); return 2; }
-  VkPhysicalDevice pd = first_device(VK_API_VERSION_1_2);
   VkPhysicalDeviceProperties pp;
-  vkGetPhysicalDeviceProperties(pd, &pp);
-  vkGetPhysicalDeviceMemoryProperties(pd, &mp);
-  vkGetPhysicalDeviceQueueFamilyProperties(pd, &nfam, NULL);
-  if (nfam > 8) nfam = 8;
   VkQueueFamilyProperties qf[8];
-  vkGetPhysicalDeviceQueueFamilyProperties(pd, &nfam, qf);
+  VkPhysicalDevice pd = probe_device(VK_API_VERSION_1_2, &pp, &mp, qf, &nfam);
   float prio[2] = {1, 1};
   VkDeviceQueueCreateInfo qci[8];
   uint32_t nci = 0;

@@ -337,16 +337,9 @@ int main(int argc, char** argv) {
   CHECK(vkCreateDevice(pd, &dci, NULL, &dev));
   vkGetDeviceQueue(dev, 0, 0, &queue);
 
-  FILE* f = fopen(argv[1], "rb");
-  if (!f) return 1;
   static uint32_t code[1 << 18];
-  size_t size = fread(code, 1, sizeof code, f);
-  fclose(f);
-  VkShaderModuleCreateInfo smi = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-  smi.codeSize = size;
-  smi.pCode = code;
-  VkShaderModule mod;
-  CHECK(vkCreateShaderModule(dev, &smi, NULL, &mod));
+  const size_t size = probe_read_spirv("vulkan-floor", argv[1], code, sizeof code);
+  if (!size) return 2;
   VkDescriptorSetLayoutCreateInfo dli = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   CHECK(vkCreateDescriptorSetLayout(dev, &dli, NULL, &dsl[0]));
   VkDescriptorSetLayoutBinding cb = {0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
@@ -357,14 +350,7 @@ int main(int argc, char** argv) {
   pli.setLayoutCount = 2;
   pli.pSetLayouts = dsl;
   CHECK(vkCreatePipelineLayout(dev, &pli, NULL, &layout));
-  VkComputePipelineCreateInfo cpi = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-  cpi.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
-  cpi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  cpi.stage.module = mod;
-  cpi.stage.pName = "main";
-  cpi.layout = layout;
-  cpi.flags = VK_PIPELINE_CREATE_DISPATCH_BASE_BIT;
-  CHECK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &cpi, NULL, &pipeline));
+  pipeline = probe_pipeline(dev, code, size, layout);
   VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 17};
   VkDescriptorPoolCreateInfo dpi = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   dpi.maxSets = 2;

@@ -30,47 +30,10 @@ static VkDevice dev;
 static VkPhysicalDeviceMemoryProperties mp;
 static uint32_t nfam, fams[8];
 
-static int memtype(uint32_t bits, VkMemoryPropertyFlags want) {
-  for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
-    if ((bits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) return (int)i;
-  return -1;
-}
-
-// A buffer shared by every queue family; host ones are mapped (*map).
+// A buffer every queue family may use; host ones are mapped (*map).
 static VkBuffer mkbuf(VkDeviceSize size, VkMemoryPropertyFlags want, void** map) {
-  VkBufferCreateInfo bi = {VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  bi.size = size;
-  bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
-  bi.sharingMode = nfam > 1 ? VK_SHARING_MODE_CONCURRENT : VK_SHARING_MODE_EXCLUSIVE;
-  bi.queueFamilyIndexCount = nfam > 1 ? nfam : 0;
-  bi.pQueueFamilyIndices = fams;
-  VkBuffer b;
-  CHECK(vkCreateBuffer(dev, &bi, NULL, &b));
-  VkMemoryRequirements mr;
-  vkGetBufferMemoryRequirements(dev, b, &mr);
-  int t = memtype(mr.memoryTypeBits, want);
-  if (t < 0 && map) t = memtype(mr.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-  if (t < 0) t = memtype(mr.memoryTypeBits, 0);
-  VkMemoryAllocateInfo ai = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
-  ai.allocationSize = mr.size;
-  ai.memoryTypeIndex = (uint32_t)t;
-  VkDeviceMemory m;
-  CHECK(vkAllocateMemory(dev, &ai, NULL, &m));
-  CHECK(vkBindBufferMemory(dev, b, m, 0));
-  if (map) CHECK(vkMapMemory(dev, m, 0, size, 0, map));
-  return b;
-}
-
-static VkCommandBuffer begin(VkCommandPool pool) {
-  VkCommandBufferAllocateInfo a = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  a.commandPool = pool;
-  a.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  a.commandBufferCount = 1;
-  VkCommandBuffer c;
-  CHECK(vkAllocateCommandBuffers(dev, &a, &c));
-  VkCommandBufferBeginInfo b = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  CHECK(vkBeginCommandBuffer(c, &b));
-  return c;
+  const VkBufferUsageFlags usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+  return probe_buffer(dev, &mp, nfam, fams, size, usage, want, map ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0, map);
 }
 
 static void copy(VkCommandBuffer c, VkBuffer s, VkBuffer d, VkDeviceSize at, VkDeviceSize size) {
@@ -169,28 +132,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: vulkan-gemm-floor [spv] [n: a multiple of 512, 512..8192] [rounds 1..%d]\n", MAXR);
     return 2;
   }
-  FILE* fp = fopen(spv, "rb");
-  if (!fp) {
-    fprintf(stderr, "vulkan-gemm-floor: cannot read %s\n", spv);
-    return 2;
-  }
   static uint32_t words[1 << 16];
-  const size_t bytes = fread(words, 1, sizeof words, fp);
-  const int more = fgetc(fp) != EOF;
-  fclose(fp);
-  if (more || bytes < 20 || bytes % 4 || words[0] != 0x07230203u) {
-    fprintf(stderr, "vulkan-gemm-floor: %s is not a SPIR-V module of at most %zu bytes\n", spv, sizeof words);
-    return 2;
-  }
+  const size_t bytes = probe_read_spirv("vulkan-gemm-floor", spv, words, sizeof words);
+  if (!bytes) return 2;
 
-  VkPhysicalDevice pd = first_device(VK_API_VERSION_1_2);
   VkPhysicalDeviceProperties pp;
-  vkGetPhysicalDeviceProperties(pd, &pp);
-  vkGetPhysicalDeviceMemoryProperties(pd, &mp);
-  vkGetPhysicalDeviceQueueFamilyProperties(pd, &nfam, NULL);
-  if (nfam > 8) nfam = 8;
   VkQueueFamilyProperties qf[8];
-  vkGetPhysicalDeviceQueueFamilyProperties(pd, &nfam, qf);
+  VkPhysicalDevice pd = probe_device(VK_API_VERSION_1_2, &pp, &mp, qf, &nfam);
   int cfam = -1, xfam = -1;
   for (uint32_t i = 0; i < nfam; i++) {
     fams[i] = i;
@@ -261,19 +209,7 @@ int main(int argc, char** argv) {
   pl.pushConstantRangeCount = 1;
   pl.pPushConstantRanges = &pr;
   CHECK(vkCreatePipelineLayout(dev, &pl, NULL, &layout));
-  VkShaderModuleCreateInfo smi = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-  smi.codeSize = bytes;
-  smi.pCode = words;
-  VkShaderModule sm;
-  CHECK(vkCreateShaderModule(dev, &smi, NULL, &sm));
-  VkComputePipelineCreateInfo ci = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-  ci.flags = VK_PIPELINE_CREATE_DISPATCH_BASE_BIT;
-  ci.stage = (VkPipelineShaderStageCreateInfo){VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
-  ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  ci.stage.module = sm;
-  ci.stage.pName = "main";
-  ci.layout = layout;
-  CHECK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &ci, NULL, &pipe));
+  pipe = probe_pipeline(dev, words, bytes, layout);
   VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 3};
   VkDescriptorPoolCreateInfo dpi = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   dpi.maxSets = 1;
@@ -314,7 +250,7 @@ int main(int argc, char** argv) {
   for (int p = 0; p < np; p++) {
     Plan* P = &plans[p];
     if (P->kind == SERIAL1) {
-      VkCommandBuffer c = begin(cpool);
+      VkCommandBuffer c = probe_begin(dev, cpool);
       copy(c, hA, dA, 0, nb);
       copy(c, hB, dB, 0, nb);
       barrier(c, XFER, COMP);
@@ -327,14 +263,14 @@ int main(int argc, char** argv) {
     }
     for (int i = 0; i < P->panels; i++) {
       const uint32_t y0 = rows * (uint32_t)i / (uint32_t)P->panels, y1 = rows * (uint32_t)(i + 1) / (uint32_t)P->panels;
-      VkCommandBuffer u = begin(xpool);
+      VkCommandBuffer u = probe_begin(dev, xpool);
       if (i == 0) copy(u, hB, dB, 0, nb);
       copy(u, hA, dA, y0 * rowBytes, (y1 - y0) * rowBytes);
       CHECK(vkEndCommandBuffer(u));
-      VkCommandBuffer c = begin(cpool);
+      VkCommandBuffer c = probe_begin(dev, cpool);
       gemm(c, n, y0, y1);
       CHECK(vkEndCommandBuffer(c));
-      VkCommandBuffer d = begin(xpool);
+      VkCommandBuffer d = probe_begin(dev, xpool);
       copy(d, dC, hC, y0 * rowBytes, (y1 - y0) * rowBytes);
       CHECK(vkEndCommandBuffer(d));
       P->up[i] = u, P->comp[i] = c, P->down[i] = d;
