@@ -24,6 +24,9 @@ import { quantile, repoRoot } from './lib/common.ts';
 
 const PER_BLOCK = 25;
 
+/** A bad flag: one line and exit 2. */
+class UsageError extends Error {}
+
 function args() {
   let v;
   try {
@@ -37,8 +40,6 @@ function args() {
   if (sizes && !sizes.every((n) => Number.isInteger(n) && n >= 64 && n <= 8192 && n % 64 === 0)) throw new UsageError(`--sizes must be multiples of 64 in 64..8192, got ${v.sizes}`);
   return { sizes, rounds, out: path.resolve(v.out ?? path.join(repoRoot, 'bench/results/launch-path.json')) };
 }
-
-class UsageError extends Error {}
 
 const mean = (x: number[]) => x.reduce((u, v) => u + v, 0) / x.length;
 
@@ -128,7 +129,7 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (e: unknown) => {
-    console.error(e instanceof UsageError ? `launch-path: ${e.message}` : `launch-path: ${(e as Error).message}`);
+    console.error(`launch-path: ${(e as Error).message}`);
     process.exit(e instanceof UsageError ? 2 : 1);
   },
 );

@@ -91,11 +91,6 @@ static void wait(int n) {
   CHECK(vkResetFences(dev, (uint32_t)n, fence));
 }
 
-static int cmpd(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 // One measured case: a name, and the queues it uses (-1 = none).
 typedef struct { char name[64]; int kind, i, j; double t[MAXR]; } Case;
 enum { UP, DOWN, PAIR, SPLIT, SPLIT_DOWN, FLOOR, FLOOR_CMD, PIECES, SUBMITS, HOPS3, HOPS1 };
@@ -224,7 +219,7 @@ int main(int argc, char** argv) {
   fprintf(stderr, "%s: up %llu MiB, down %llu MiB, %d rounds (best / median us)\n", pp.deviceName, (unsigned long long)(8 * X), (unsigned long long)(4 * X), R);
   for (int c = 0; c < nc; c++) {
     Case* k = &cs[c];
-    qsort(k->t, (size_t)R, sizeof(double), cmpd);
+    qsort(k->t, (size_t)R, sizeof(double), probe_cmp_double);
     printf("%s{\"name\":\"%s\",\"bestUs\":%.1f,\"p50Us\":%.1f}", c ? "," : "", k->name, k->t[0], k->t[R / 2]);
     // the summary shows the engine's pair of the many pairs, and the best split below
     const int shown = k->kind == PAIR ? k->i == upQ && k->j == downQ : k->kind != SPLIT && k->kind != SPLIT_DOWN;

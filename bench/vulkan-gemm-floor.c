@@ -51,6 +51,11 @@ static void barrier(VkCommandBuffer c, VkPipelineStageFlags from, VkPipelineStag
 static VkPipeline pipe;
 static VkPipelineLayout layout;
 static VkDescriptorSet set;
+// What a run submits to and waits on.
+static VkQueue compQ, upQ, downQ;
+static VkSemaphore semUp, semComp;
+static VkFence fence;
+static uint64_t tl;  // both timelines advance together: panel i of a run waits for / signals tl + 1 + i
 
 // The GEMM over workgroup rows [y0, y1) of C (64 rows each).
 static void gemm(VkCommandBuffer c, uint32_t n, uint32_t y0, uint32_t y1) {
@@ -62,7 +67,7 @@ static void gemm(VkCommandBuffer c, uint32_t n, uint32_t y0, uint32_t y1) {
 }
 
 // One batch of submissions to a queue: each waits on (wsem, wval[i]) if wsem, signals (ssem, sval[i]).
-static void submit(VkQueue q, int count, VkCommandBuffer* cmds, VkSemaphore wsem, const uint64_t* wval,
+static void submit(VkQueue q, int count, const VkCommandBuffer* cmds, VkSemaphore wsem, const uint64_t* wval,
                    VkSemaphore ssem, const uint64_t* sval, VkFence f) {
   VkSubmitInfo si[MAXP];
   VkTimelineSemaphoreSubmitInfo ts[MAXP];
@@ -90,11 +95,6 @@ static void submit(VkQueue q, int count, VkCommandBuffer* cmds, VkSemaphore wsem
   CHECK(vkQueueSubmit(q, (uint32_t)count, si, f));
 }
 
-static int cmpd(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 // Worst |c − dot| / (2e-4·Σ|a·b| + 2e-6) over sampled entries (bench/engine-vulkan.ts's check).
 static double check(uint32_t n, const float* a, const float* b, const float* c) {
   double worst = 0;
@@ -116,13 +116,36 @@ static double check(uint32_t n, const float* a, const float* b, const float* c) 
   return worst;
 }
 
-enum { SERIAL1, SERIAL3, PANELS };
+// A plan: one command buffer on the compute queue (oneQueue: comp[0]), or `panels` row panels,
+// each an upload, a GEMM and a download on the three queues (three queues in series: 1 panel).
 typedef struct {
   char name[32];
-  int kind, panels;
+  int oneQueue, panels;
   VkCommandBuffer up[MAXP], comp[MAXP], down[MAXP];
   double t[MAXR], check;
 } Plan;
+
+// One run of P: µs from the first submit to the fence, which this thread polls.
+static double run(const Plan* P) {
+  uint64_t v[MAXP];
+  for (int i = 0; i < P->panels; i++) v[i] = tl + 1 + (uint64_t)i;
+  const uint64_t t0 = now_ns();
+  if (P->oneQueue) {
+    submit(compQ, 1, P->comp, VK_NULL_HANDLE, NULL, VK_NULL_HANDLE, NULL, fence);
+  } else {
+    submit(upQ, P->panels, P->up, VK_NULL_HANDLE, NULL, semUp, v, VK_NULL_HANDLE);
+    submit(compQ, P->panels, P->comp, semUp, v, semComp, v, VK_NULL_HANDLE);
+    submit(downQ, P->panels, P->down, semComp, v, VK_NULL_HANDLE, NULL, fence);
+    tl += (uint64_t)P->panels;
+  }
+  VkResult r;
+  while ((r = vkGetFenceStatus(dev, fence)) == VK_NOT_READY) {
+  }
+  CHECK(r);
+  const double us = (double)(now_ns() - t0) / 1e3;
+  CHECK(vkResetFences(dev, 1, &fence));
+  return us;
+}
 
 int main(int argc, char** argv) {
   const char* spv = argc > 1 ? argv[1] : "build/spirv/native/shaders/builtins/fmmul_gpu64.spv";
@@ -168,7 +191,6 @@ int main(int argc, char** argv) {
   dci.queueCreateInfoCount = xfam >= 0 ? 2 : 1;
   dci.pQueueCreateInfos = qci;
   CHECK(vkCreateDevice(pd, &dci, NULL, &dev));
-  VkQueue compQ, upQ, downQ;
   vkGetDeviceQueue(dev, (uint32_t)cfam, 0, &compQ);
   upQ = downQ = compQ;
   if (xfam >= 0) {
@@ -234,22 +256,20 @@ int main(int argc, char** argv) {
   stc.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
   VkSemaphoreCreateInfo sci = {VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   sci.pNext = &stc;
-  VkSemaphore semUp, semComp;
   CHECK(vkCreateSemaphore(dev, &sci, NULL, &semUp));
   CHECK(vkCreateSemaphore(dev, &sci, NULL, &semComp));
   VkFenceCreateInfo fi = {VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VkFence fence;
   CHECK(vkCreateFence(dev, &fi, NULL, &fence));
 
   // Record every plan once; rounds submit them again.
   const uint32_t rows = n / 64;  // workgroup rows
   const VkDeviceSize rowBytes = (VkDeviceSize)n * 4 * 64;
   const VkPipelineStageFlags XFER = VK_PIPELINE_STAGE_TRANSFER_BIT, COMP = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
-  Plan plans[5] = {{"serial 1q", SERIAL1, 1}, {"serial 3q", SERIAL3, 1}, {"panels 2", PANELS, 2}, {"panels 4", PANELS, 4}, {"panels 8", PANELS, 8}};
+  Plan plans[5] = {{"serial 1q", 1, 1}, {"serial 3q", 0, 1}, {"panels 2", 0, 2}, {"panels 4", 0, 4}, {"panels 8", 0, 8}};
   const int np = 5;
   for (int p = 0; p < np; p++) {
     Plan* P = &plans[p];
-    if (P->kind == SERIAL1) {
+    if (P->oneQueue) {
       VkCommandBuffer c = probe_begin(dev, cpool);
       copy(c, hA, dA, 0, nb);
       copy(c, hB, dB, 0, nb);
@@ -277,39 +297,14 @@ int main(int argc, char** argv) {
     }
   }
 
-  uint64_t tl = 0;  // both timelines advance together: panel i of a run is tl + 1 + i
-  // One run of plan P: OUT = µs from the first submit to the fence (polled).
-#define RUN(P, OUT)                                                                               \
-  do {                                                                                            \
-    uint64_t v[MAXP];                                                                             \
-    for (int i = 0; i < (P)->panels; i++) v[i] = tl + 1 + (uint64_t)i;                            \
-    const uint64_t t0 = now_ns();                                                                 \
-    if ((P)->kind == SERIAL1) {                                                                   \
-      submit(compQ, 1, (P)->comp, VK_NULL_HANDLE, NULL, VK_NULL_HANDLE, NULL, fence);             \
-    } else {                                                                                      \
-      submit(upQ, (P)->panels, (P)->up, VK_NULL_HANDLE, NULL, semUp, v, VK_NULL_HANDLE);          \
-      submit(compQ, (P)->panels, (P)->comp, semUp, v, semComp, v, VK_NULL_HANDLE);                \
-      submit(downQ, (P)->panels, (P)->down, semComp, v, VK_NULL_HANDLE, NULL, fence);             \
-      tl += (uint64_t)(P)->panels;                                                                \
-    }                                                                                             \
-    VkResult r_;                                                                                  \
-    while ((r_ = vkGetFenceStatus(dev, fence)) == VK_NOT_READY) {                                 \
-    }                                                                                             \
-    CHECK(r_);                                                                                    \
-    (OUT) = (double)(now_ns() - t0) / 1e3;                                                        \
-    CHECK(vkResetFences(dev, 1, &fence));                                                         \
-  } while (0)
-
   // Each plan once with C poisoned, checked; then the rounds, plans interleaved.
   for (int p = 0; p < np; p++) {
     memset(hc, 0xff, nb);
-    double t;
-    RUN(&plans[p], t);
-    (void)t;
+    run(&plans[p]);
     plans[p].check = check(n, ha, hb, hc);
   }
   for (int r = 0; r < R; r++)
-    for (int p = 0; p < np; p++) RUN(&plans[p], plans[p].t[r]);
+    for (int p = 0; p < np; p++) plans[p].t[r] = run(&plans[p]);
 
   printf("{\"device\":\"%s\",\"n\":%u,\"rounds\":%d,\"transferQueues\":%u,\"plans\":[", pp.deviceName, n, R, xcount);
   fprintf(stderr, "%s: GEMM %u³ with transfers (%.0f MiB up, %.0f down), %d rounds: best / median µs, check\n", pp.deviceName, n,
@@ -317,7 +312,7 @@ int main(int argc, char** argv) {
   int ok = 1;
   for (int p = 0; p < np; p++) {
     Plan* P = &plans[p];
-    qsort(P->t, (size_t)R, sizeof(double), cmpd);
+    qsort(P->t, (size_t)R, sizeof(double), probe_cmp_double);
     printf("%s{\"name\":\"%s\",\"bestUs\":%.1f,\"p50Us\":%.1f,\"checkWorst\":%.4f}", p ? "," : "", P->name, P->t[0], P->t[R / 2], P->check);
     fprintf(stderr, "  %-12s %8.1f %8.1f   %.4f\n", P->name, P->t[0], P->t[R / 2], P->check);
     if (!(P->check <= 1)) ok = 0;

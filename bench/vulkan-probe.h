@@ -36,6 +36,12 @@ static inline VkPhysicalDevice first_device(uint32_t api) {
   }
   return pd;
 }
+// qsort's comparison for doubles (times per round → best and median).
+static inline int probe_cmp_double(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
 // The first device of a new instance of Vulkan `api`, with its properties, memory types and
 // queue families (at most 8; *nfam of them).
 static inline VkPhysicalDevice probe_device(uint32_t api, VkPhysicalDeviceProperties* pp, VkPhysicalDeviceMemoryProperties* mp,
