@@ -1,5 +1,6 @@
 // Helpers shared by the guest benchmarks (bench/fairness.ts, bench/counts.ts): where results go,
 // the environment record, order statistics and table rendering (plain text and Markdown).
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -36,6 +37,49 @@ export function environment(manifest: Manifest, accel: AccelChoice): Environment
     cpus: os.cpus().length,
     loadAvgAtStart: os.loadavg().map((x) => Math.round(x * 100) / 100),
   };
+}
+
+/** Who measured a result: the commit (and whether the tree had changes), the host and the date. */
+export interface Stamp {
+  commit: string;
+  dirty: boolean;
+  host: string;
+  cpu: string;
+  cpus: number;
+  /** The device the result is for ("lavapipe", "cpu", "h200", ...): the file's name. */
+  device: string;
+  date: string;
+}
+
+export function stamp(device: string): Stamp {
+  const git = (args: string[]): string => {
+    const r = spawnSync('git', args, { cwd: repoRoot, encoding: 'utf8' });
+    return r.status === 0 ? r.stdout.trim() : '';
+  };
+  return {
+    commit: git(['rev-parse', 'HEAD']) || 'unknown',
+    dirty: git(['status', '--porcelain', '--untracked-files=no']) !== '',
+    host: os.hostname(),
+    cpu: os.cpus()[0]?.model ?? 'unknown',
+    cpus: os.cpus().length,
+    device,
+    date: new Date().toISOString(),
+  };
+}
+
+/**
+ * The current result of benchmark `bench` on `device`: bench/results/<bench>/<device>.json, stamped.
+ * One file per benchmark and device; a new run replaces it (git keeps the old ones).
+ */
+export function writeBenchResult(bench: string, device: string, data: object): string {
+  if (!/^[a-z0-9][a-z0-9-]*$/.test(bench) || !/^[a-z0-9][a-z0-9-]*$/.test(device)) {
+    throw new Error(`bad result name ${bench}/${device}: lower-case letters, digits and '-' only`);
+  }
+  const dir = path.join(resultsDir, bench);
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, `${device}.json`);
+  fs.writeFileSync(file, `${JSON.stringify({ stamp: stamp(device), ...data }, null, 2)}\n`);
+  return file;
 }
 
 export function writeResult(name: string, data: unknown): string {
