@@ -61,7 +61,10 @@ fi
 PKGS_BACKPORTS=(qemu-system-x86)
 # libdw1t64 must come from backports too: qemu pulls libelf1t64 from backports, and pahole (needed by
 # the headers) wants a matching libdw; without it apt reports "held broken packages".
-PKGS_MAIN=(linux-image-amd64 linux-headers-amd64 busybox-static cpio zstd gcc libc6-dev make libdw1t64/trixie-backports)
+PKGS_MAIN=(linux-image-amd64 linux-headers-amd64 busybox-static cpio zstd gcc libc6-dev make libdw1t64/trixie-backports
+  # the guest Vulkan driver's build and the application layer (vkapp step): the Khronos loader,
+  # vulkaninfo, the validation layers, and VkFFT with FFTW for the second application
+  libvulkan-dev libvulkan1 vulkan-tools vulkan-validationlayers libvkfft-dev glslang-dev spirv-tools libfftw3-dev)
 [[ -n $SYSTEM_QEMU ]] && PKGS_BACKPORTS=()
 ROOTFS_KEY=$(printf '%s\n' "$RECIPE" "$SUITE" "$MIRROR" "${PKGS_BACKPORTS[*]}" "${PKGS_MAIN[*]}" | hash_stdin)
 
@@ -169,16 +172,67 @@ build_spirv() {
 }
 step spirv "$SPIRV_KEY" build_spirv "$SPIRV_STAGE/.built"
 
+# ---------------------------------------------------------------- kernel modules for the initramfs
+# The application layer is a disk (virtio-blk, squashfs); the guest kernel has both as modules and
+# the initramfs has no module loading of its own, so the two .ko files ship decompressed.
+KMOD_STAGE=$CACHE/kmod-out
+KMODS=(kernel/drivers/block/virtio_blk.ko.xz kernel/fs/squashfs/squashfs.ko.xz)
+KMOD_KEY=$(printf '%s\n' "$RECIPE" "$KREL" "${KMODS[@]}" | hash_stdin)
+build_kmod() {
+  local m
+  safe_rm "$KMOD_STAGE.new"
+  mkdir -p "$KMOD_STAGE.new/opt/vugpu/kmod"
+  for m in "${KMODS[@]}"; do
+    xz -dc "$ROOTFS/usr/lib/modules/$KREL/$m" >"$KMOD_STAGE.new/opt/vugpu/kmod/$(basename "$m" .xz)"
+  done
+  touch "$KMOD_STAGE.new/.built"
+  safe_rm "$KMOD_STAGE"
+  mv "$KMOD_STAGE.new" "$KMOD_STAGE"
+}
+step kmod "$KMOD_KEY" build_kmod "$KMOD_STAGE/.built"
+
 # ---------------------------------------------------------------- initramfs
 INITRAMFS=$CACHE/initramfs.cpio.gz
-INIT_KEY=$( { echo "$GUEST_KEY $SPIRV_KEY"; hash_files "$REPO" guest/initramfs/init guest/initramfs/test.sh scripts/mkinitramfs.sh;
+INIT_KEY=$( { echo "$GUEST_KEY $SPIRV_KEY $KMOD_KEY"; hash_files "$REPO" guest/initramfs/init guest/initramfs/test.sh scripts/mkinitramfs.sh;
   stat -c '%s %Y' "$ROOTFS/bin/busybox"; } | hash_stdin)
 build_initramfs() {
-  bash "$REPO/scripts/mkinitramfs.sh" "$ROOTFS/bin/busybox" "$REPO/guest/initramfs" "$GUEST_STAGE" "$INITRAMFS.tmp" "$SPIRV_STAGE"
+  bash "$REPO/scripts/mkinitramfs.sh" "$ROOTFS/bin/busybox" "$REPO/guest/initramfs" "$GUEST_STAGE" "$INITRAMFS.tmp" "$SPIRV_STAGE" "$KMOD_STAGE"
   mv "$INITRAMFS.tmp" "$INITRAMFS"
   say "  $(du -h "$INITRAMFS" | cut -f1) $INITRAMFS"
 }
 step initramfs "$INIT_KEY" build_initramfs "$INITRAMFS"
+
+# ---------------------------------------------------------------- application layer (vkapp)
+# A read-only disk image the guest mounts to run unmodified applications (guest/vkapp/vkapp.sh):
+# the rootfs's trixie userland (loader, vulkaninfo, validation layers, VkFFT) without what only
+# building needs, the pinned Node, node-llama-cpp's prebuilt Vulkan and CPU builds
+# (scripts/llama-deps.sh) and the generated models. Too large for the initramfs, which every
+# guest loads into RAM; a disk is read on demand.
+VKAPP=$CACHE/vkapp.squashfs
+NODE_BIN=$(readlink -f "$REPO/node_modules/.bin/node")
+VKAPP_KEY=$( { echo "$RECIPE $ROOTFS_KEY"; "$NODE_BIN" --version; hash_files "$REPO" scripts/llama-deps.sh bench/lib/gguf.ts; } | hash_stdin)
+build_vkapp() {
+  local stage=$CACHE/vkapp.stage llama
+  command -v mksquashfs >/dev/null || die "mksquashfs missing (scripts/ensure-deps.sh installs squashfs-tools)"
+  llama=$(bash "$REPO/scripts/llama-deps.sh") || die "installing node-llama-cpp failed"
+  safe_rm "$stage"
+  # hard links, not copies: the stage only ever loses or gains whole files
+  cp -al "$ROOTFS" "$stage"
+  rm -rf "$stage"/usr/lib/modules "$stage"/usr/src "$stage"/boot "$stage"/usr/share/qemu "$stage"/usr/share/doc \
+    "$stage"/var/cache/apt "$stage"/var/lib/apt/lists "$stage"/usr/bin/qemu-* "$stage"/usr/lib/x86_64-linux-gnu/qemu \
+    "$stage"$BUILD_IN_CHROOT
+  mkdir -p "$stage"/opt/vugpu "$stage"/opt/node/bin "$stage"/opt/models
+  cp -al "$llama" "$stage/opt/llama"
+  cp "$NODE_BIN" "$stage/opt/node/bin/node"
+  # the tiny model in F32: its greedy tokens are the same on llama.cpp's CPU and Vulkan backends
+  "$NODE_BIN" "$REPO/bench/lib/gguf.ts" --shape tiny --type f32 --seed 1 --out "$stage/opt/models/tiny.gguf"
+  run_logged vkapp mksquashfs "$stage" "$VKAPP.tmp" -noappend -comp zstd -quiet -no-progress ||
+    die "building the application image failed (full log: $LOGS/vkapp.log)"
+  safe_rm "$stage"
+  mv "$VKAPP.tmp" "$VKAPP"
+  say "  $(du -h "$VKAPP" | cut -f1) $VKAPP"
+}
+step vkapp "$VKAPP_KEY" build_vkapp "$VKAPP"
 
 # ---------------------------------------------------------------- manifest
 write_manifest() {
@@ -212,13 +266,14 @@ write_manifest() {
   "initramfs": $(json_string "$INITRAMFS"),
   "kernelRelease": $(json_string "$KREL"),
   "rootfs": $(json_string "$ROOTFS"),
+  "vkapp": $(json_string "$VKAPP"),
   "guestFiles": $programs,
   "keys": { "rootfs": "$ROOTFS_KEY", "guest": "$GUEST_KEY", "initramfs": "$INIT_KEY" }
 }
 EOF
   mv "$CACHE/manifest.json.tmp" "$CACHE/manifest.json"
 }
-MANIFEST_KEY=$( { echo "$RECIPE $ROOTFS_KEY $KERNEL_KEY $INIT_KEY $SYSTEM_QEMU"; hash_files "$REPO" scripts/setup.sh scripts/lib.sh; } | hash_stdin)
+MANIFEST_KEY=$( { echo "$RECIPE $ROOTFS_KEY $KERNEL_KEY $INIT_KEY $VKAPP_KEY $SYSTEM_QEMU"; hash_files "$REPO" scripts/setup.sh scripts/lib.sh; } | hash_stdin)
 step manifest "$MANIFEST_KEY" write_manifest "$CACHE/manifest.json"
 
 say "ready in $(elapsed "$T_START") s: $CACHE/manifest.json"

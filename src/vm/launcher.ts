@@ -22,6 +22,8 @@ export interface BootOptions {
   accel?: Accel | 'auto';
   /** Extra kernel command-line words. */
   append?: string[];
+  /** Attach the application layer's disk (manifest.vkapp, read-only; guest/vkapp/vkapp.sh mounts it). */
+  appImage?: boolean;
   /** Extra QEMU arguments. */
   qemuArgs?: string[];
   manifest?: Manifest;
@@ -226,6 +228,10 @@ function qemuArgs(m: Manifest, accel: Accel, memoryMiB: number, opts: BootOption
   ];
   for (const path of opts.sockets ?? []) {
     args.push('-device', JSON.stringify({ driver: 'vfio-user-pci', socket: { path, type: 'unix' } }));
+  }
+  if (opts.appImage) {
+    if (!m.vkapp || !fs.existsSync(m.vkapp)) throw new Error('the application image is not built: run `npm run setup` (scripts/setup.sh)');
+    args.push('-drive', `file=${m.vkapp},if=virtio,format=raw,readonly=on`);
   }
   args.push(...(opts.qemuArgs ?? []));
   return args;

@@ -19,6 +19,8 @@ export interface Manifest {
   initramfs: string;
   kernelRelease: string;
   rootfs: string;
+  /** The application layer's read-only disk image (guest/vkapp), absent from older setups. */
+  vkapp?: string;
   /** Files the guest components put into the initramfs (e.g. /opt/vugpu/foundation-test). */
   guestFiles: string[];
 }

@@ -1,0 +1,47 @@
+#!/bin/sh
+# Guest entry point of the application layer (vugpu.run=/opt/vugpu/vkapp.sh, vugpu.args=<cmd>,…):
+# loads the GPU driver (pv=N with --pv N), mounts the application image (the read-only disk that
+# scripts/setup.sh's vkapp step builds: a Debian trixie userland with the Khronos loader,
+# vulkaninfo, the validation layers, Node and node-llama-cpp, and the models) and runs one
+# command in it, chrooted, with the initramfs's /opt/vugpu (the Vulkan driver, this runner)
+# bound in. Commands:
+#   vulkaninfo [args]        vulkaninfo with the vugpu ICD
+#   llama <model> <gpu> <n>  llama-run.ts: greedy tokens of /opt/models/<model>.gguf (gpu: vulkan|cpu)
+#   sh <script>              any command line in the image (':' for spaces)
+# Each prints VUGPU-* records around its output; the exit status is the command's.
+KO=/opt/vugpu/vugpu.ko
+pv=0
+if [ "$1" = --pv ]; then pv=$2; shift 2; fi
+if ! insmod "$KO" pv="$pv" 2>/tmp/insmod.err; then
+  echo "VUGPU-ERROR {\"error\":\"insmod vugpu.ko failed: $(tr '\n"' ' ' </tmp/insmod.err)\"}"
+  exit 1
+fi
+for m in virtio_blk squashfs; do
+  insmod /opt/vugpu/kmod/$m.ko 2>/tmp/insmod.err || { echo "VUGPU-ERROR {\"error\":\"insmod $m failed\"}"; exit 1; }
+done
+i=0
+while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+A=/app
+mkdir -p $A
+mount -t squashfs -o ro /dev/vda $A || { echo "VUGPU-ERROR {\"error\":\"cannot mount the application image\"}"; exit 1; }
+mount --bind /dev $A/dev
+mount -t proc proc $A/proc
+mount -t sysfs sysfs $A/sys
+mount -t tmpfs tmpfs $A/tmp
+mount -t tmpfs tmpfs $A/root
+mount --bind /opt/vugpu $A/opt/vugpu
+echo "VUGPU-PHASE {\"phase\":\"app-ready\",\"pv\":$pv}"
+export HOME=/root PATH=/opt/node/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# The vugpu ICD (guest/vulkan) is the only driver the loader sees.
+export VK_DRIVER_FILES=/opt/vugpu/vugpu_icd.json VK_ICD_FILENAMES=/opt/vugpu/vugpu_icd.json
+cmd=$1
+shift
+case "$cmd" in
+  vulkaninfo) chroot $A vulkaninfo "$@" ;;
+  llama) chroot $A node /opt/vugpu/llama-run.ts --modules /opt/llama --model "/opt/models/$1.gguf" --gpu "$2" --tokens "$3" --record ;;
+  sh) chroot $A /bin/sh -c "$(echo "$*" | tr ':' ' ')" ;;
+  *) echo "VUGPU-ERROR {\"error\":\"unknown vkapp command $cmd\"}"; false ;;
+esac
+rc=$?
+echo "VUGPU-PHASE {\"phase\":\"app-done\",\"rc\":$rc}"
+exit $rc
