@@ -1,6 +1,6 @@
-// Scaling to 8 VMs (npm run bench:scaling): AvA's scalability experiment (seeds/001 §4.6.4: N VMs
+// Scaling (npm run bench:scaling): AvA's scalability experiment (seeds/001 §4.6.4: N VMs
 // each running a device-saturating benchmark; 5.7 % slowdown per doubling) on `vugpu serve`
-// with 1, 2, 4 and 8 fv guests at once, then the suite in N guests at once, then a soak.
+// with 1, 2, 4 and 8 fv guests at once, then the suite in N guests at once (up to 32), then a soak.
 //
 //   saturate  N guests each launch loop kernels of --kernel-ms back to back (vugpu-bench loop,
 //             each launch synchronized): the device always has work. Measured over --seconds
@@ -8,17 +8,21 @@
 //             ms/s), aggregate device utilization (Σ device time / wall time), the spread between
 //             VMs, server RSS and open fds. Slowdown per doubling = aggregate kernel throughput
 //             at N over that at 2N, minus 1 (0 = the device serves 2N VMs as fast as N).
-//   suite     N guests each run the 14 benchmarks once (default sizes) at the same time: every
-//             result verified, per-VM suite time (Σ benchmark totals and guest wall time).
+//   suite     N guests (--suite-vms, default --vms) each run the 14 benchmarks once (default
+//             sizes) at the same time, --guest-mib of RAM each: every result verified, per-VM
+//             suite time (Σ benchmark totals and guest wall time); a guest that did not finish
+//             leaves its console's tail in the result.
 //   soak      (--soak-min M) 8 guests run the suite in a loop for M minutes; server RSS and fd
 //             count sampled every --soak-sample-s; every result verified. RSS growth is the
 //             last minute's mean over the first minute's after warm-up.
 //
 // The server is the real one in its own process (`vugpu serve --mode fv --socket … --metrics-port`),
-// read through /metrics.json; RSS and fds from /proc/<pid>. Writes bench/results/scaling.json
-// and scaling.svg (and soak.json, soak.svg), and the docs/results.md sections.
-//   node bench/scaling.ts [--vms 1,2,4,8] [--seconds 20] [--warmup 5] [--kernel-ms 20] [--policy band]
-//                         [--no-suite] [--no-saturate] [--soak-min 10] [--soak-sample-s 5] [--out scaling]
+// read through /metrics.json; RSS and fds from /proc/<pid>. Each VM gets a --slice-mib VRAM slice.
+// Writes bench/results/scaling/cpu.json (writeBenchResult; the built-ins run on the native pool)
+// and cpu.svg (and soak.svg), and the docs/results.md section.
+//   node bench/scaling.ts [--vms 1,2,4,8] [--suite-vms 1,2,4,8,32] [--guest-mib 384] [--slice-mib 128]
+//                         [--seconds 20] [--warmup 5] [--kernel-ms 20] [--policy band]
+//                         [--no-suite] [--no-saturate] [--soak-min 10] [--soak-sample-s 5] [--replot]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -31,12 +35,18 @@ import { toBenchRecord, BENCHMARKS } from '../src/demo/records.ts';
 import { extendInitramfs } from './lib/initramfs.ts';
 import { cpuInterval } from './lib/cpu.ts';
 import {
-  environment, freePort, mdTable, median, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell, type Environment,
+  environment, freePort, mdTable, median, repoRoot, replaceSection, resultsDir, textTable, writeBenchResult, writeResult,
+  type Cell, type Environment,
 } from './lib/common.ts';
 
 const SUITE = '/opt/vugpu/bench-suite.sh';
 const SOAK_SCRIPT = '/opt/vugpu-bench/soak.sh';
 const MIB = 1 << 20;
+const BENCH = 'scaling';
+/** The suite's built-ins run on the engine's native pool (`--engine auto`): the CPU is the device. */
+const DEVICE = 'cpu';
+/** The most guests at once: each is a QEMU process with its own RAM; 32 is what the suite reaches. */
+const MAX_VMS = 32;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The soak's guest side: load the driver once, then the suite in a loop until powered off. */
@@ -73,15 +83,16 @@ interface Served {
   names: string[];
 }
 
-async function serve(dir: string, n: number, policy: string, tag: string): Promise<Served> {
+async function serve(dir: string, n: number, o: Opts, tag: string): Promise<Served> {
   const sockets = Array.from({ length: n }, (_, i) => path.join(dir, `${tag}-vm${i}.sock`));
   const port = await freePort();
   const names = sockets.map((_, i) => `vm${i}`);
-  // VRAM of 160 MiB per VM: after the host's reserve (1/16) each VM's default slice is 128 MiB,
-  // whatever N, so the server's memory per VM compares across N.
+  // VRAM of 5/4 of a slice per VM: after the host's reserve (1/16) each VM's default slice (an
+  // equal share rounded down to a power of two) is --slice-mib whatever N, so the server's memory
+  // per VM compares across N.
   const server = await startServer({
     socket: sockets[0]!, readyTimeoutMs: 120_000,
-    args: ['--mode', 'fv', ...sockets.slice(1).flatMap((s) => ['--socket', s]), '--vram', `${160 * n}M`, '--policy', policy,
+    args: ['--mode', 'fv', ...sockets.slice(1).flatMap((s) => ['--socket', s]), '--vram', `${(o.sliceMiB * 5 * n) / 4}M`, '--policy', o.policy,
       '--metrics-port', String(port), '--log-level', 'warn', '--watchdog-ms', '60000'],
   });
   // Every VM's socket, then the metrics server (it starts once all VMs are attached).
@@ -122,7 +133,7 @@ interface SaturateRun {
 
 async function saturate(manifest: Manifest, dir: string, n: number, o: Opts): Promise<SaturateRun> {
   const problems: string[] = [];
-  const s = await serve(dir, n, o.policy, `sat${n}`);
+  const s = await serve(dir, n, o, `sat${n}`);
   const pid = s.server.pid!;
   await sleep(500);
   const idle = procStats(pid);
@@ -184,37 +195,64 @@ async function saturate(manifest: Manifest, dir: string, n: number, o: Opts): Pr
 
 interface SuiteRun {
   vms: number;
-  /** Per VM: Σ of its benchmarks' totals (ms), guest wall time (s), runs verified. */
-  perVm: { vm: string; suiteMs: number; wallS: number; verified: number; runs: number }[];
+  guestMiB: number;
+  /** Per VM: Σ of its benchmarks' totals (ms), guest wall time (s), runs verified, guest uptime
+   * (s) when its init started. */
+  perVm: { vm: string; suiteMs: number; wallS: number; verified: number; runs: number; initUptimeS: number | null }[];
   medianSuiteMs: number;
   rssMiB: number;
+  /** Server open fds: attached and idle, the most while running, after the guests went away. */
+  fds: { idle: number; max: number; after: number };
+  /** The console's last lines of each guest that did not verify every benchmark. */
+  failures: { vm: string; exit: number | null; timedOut: boolean; console: string[] }[];
   problems: string[];
 }
 
 async function suite(manifest: Manifest, dir: string, n: number, o: Opts): Promise<SuiteRun> {
   const problems: string[] = [];
-  const s = await serve(dir, n, o.policy, `suite${n}`);
+  const s = await serve(dir, n, o, `suite${n}`);
   const pid = s.server.pid!;
+  await sleep(500);
+  const idleFds = procStats(pid).fds;
   let rss = 0;
+  let maxFds = idleFds;
   const timer = setInterval(() => {
     try {
-      rss = Math.max(rss, procStats(pid).rssMiB);
+      const st = procStats(pid);
+      rss = Math.max(rss, st.rssMiB);
+      maxFds = Math.max(maxFds, st.fds);
     } catch {
       // exited
     }
   }, 1000);
   try {
-    const guests = s.sockets.map((sock) => bootGuest({ manifest, sockets: [sock], run: SUITE, timeoutMs: 1_500_000, memoryMiB: 384 }));
+    // Many TCG guests share the host's cores: the bound grows with N so that a slow boot is
+    // reported as a failed guest only when it really stalls.
+    const timeoutMs = Math.max(1_500_000, n * 120_000);
+    const guests = s.sockets.map((sock) => bootGuest({ manifest, sockets: [sock], run: SUITE, timeoutMs, memoryMiB: o.guestMiB }));
     const results = await Promise.all(guests.map((g) => g.done));
+    const failures: SuiteRun['failures'] = [];
     const perVm = results.map((r, i) => {
       const recs = r.records.filter((x) => x.kind === 'BENCH').map((x) => toBenchRecord(x.data));
       const good = recs.filter((x): x is Exclude<typeof x, string> => typeof x !== 'string');
       const verified = good.filter((x) => x.ok).length;
       if (r.guestExit !== 0) problems.push(`vm${i}: suite exit ${r.guestExit}${r.timedOut ? ' (timed out)' : ''}`);
-      if (verified !== BENCHMARKS.length) problems.push(`vm${i}: ${verified} of ${BENCHMARKS.length} benchmarks verified`);
-      return { vm: `vm${i}`, suiteMs: good.reduce((t, x) => t + x.total_us, 0) / 1000, wallS: Math.round(r.durationMs / 100) / 10, verified, runs: good.length };
+      if (verified !== BENCHMARKS.length) {
+        problems.push(`vm${i}: ${verified} of ${BENCHMARKS.length} benchmarks verified`);
+        failures.push({ vm: `vm${i}`, exit: r.guestExit, timedOut: r.timedOut, console: r.console.slice(-30) });
+      }
+      return {
+        vm: `vm${i}`, suiteMs: good.reduce((t, x) => t + x.total_us, 0) / 1000, wallS: Math.round(r.durationMs / 100) / 10, verified,
+        runs: good.length, initUptimeS: r.initUptime,
+      };
     });
-    return { vms: n, perVm, medianSuiteMs: median(perVm.map((v) => v.suiteMs)), rssMiB: rss, problems };
+    await sleep(1000);
+    const after = procStats(pid).fds;
+    problems.push(...s.server.errorLines().slice(0, 5).map((l) => `server: ${l}`));
+    return {
+      vms: n, guestMiB: o.guestMiB, perVm, medianSuiteMs: median(perVm.map((v) => v.suiteMs)), rssMiB: rss,
+      fds: { idle: idleFds, max: maxFds, after }, failures, problems,
+    };
   } finally {
     clearInterval(timer);
     await s.server.stop();
@@ -245,7 +283,7 @@ async function soak(manifest: Manifest, dir: string, o: Opts): Promise<SoakResul
   const n = 8;
   const problems: string[] = [];
   const m: Manifest = { ...manifest, initramfs: extendInitramfs(manifest.initramfs, [{ path: SOAK_SCRIPT, content: SOAK_GUEST }], path.join(dir, 'soak-initramfs.img')) };
-  const s = await serve(dir, n, o.policy, 'soak');
+  const s = await serve(dir, n, o, 'soak');
   const pid = s.server.pid!;
   let runs = 0;
   let verified = 0;
@@ -301,6 +339,9 @@ async function soak(manifest: Manifest, dir: string, o: Opts): Promise<SoakResul
 
 interface Opts {
   vms: number[];
+  suiteVms: number[];
+  guestMiB: number;
+  sliceMiB: number;
   seconds: number;
   warmupS: number;
   kernelMs: number;
@@ -321,6 +362,7 @@ interface Result {
   meanSlowdownPerDoubling: number | null;
   suiteSlowdownPerDoubling: { from: number; to: number; slowdown: number }[];
   reference: Record<string, unknown>;
+  soak: SoakResult | null;
   problems: string[];
 }
 
@@ -407,8 +449,10 @@ function soakSvg(s: SoakResult): string {
   return `${parts.join('\n')}\n`;
 }
 
-function report(r: Result, soakR: SoakResult | null, out: string): void {
-  writeResult(`${out}.svg`, scalingSvg(r));
+function report(r: Result): void {
+  const soakR = r.soak;
+  const files = [`${BENCH}/${DEVICE}.json`];
+  if (r.saturate.length) files.push(writeRel(`${BENCH}/${DEVICE}.svg`, scalingSvg(r)));
   const satHead = ['VMs', 'kernels/s (all)', 'per VM kernels/s (min–max)', 'device utilization', 'spread', 'server RSS MiB (idle → running)', 'RSS per VM MiB', 'fds (idle → running)', 'boot s', 'CPU cores ours/others'];
   const base = r.saturate[0];
   const satRows: Cell[][] = r.saturate.map((s) => [
@@ -422,33 +466,61 @@ function report(r: Result, soakR: SoakResult | null, out: string): void {
   const dRows: Cell[][] = r.slowdownPerDoubling.map((d) => [`${d.from} → ${d.to}`, pct(d.slowdown),
     pct(r.suiteSlowdownPerDoubling.find((x) => x.from === d.from)?.slowdown)]);
   dRows.push(['mean per doubling', pct(r.meanSlowdownPerDoubling), pct(geo(r.suiteSlowdownPerDoubling.map((d) => d.slowdown)))]);
-  const suiteHead = ['VMs', 'suite ms per VM (median Σ totals)', 'per VM min–max', 'guest wall s (median)', 'verified', 'server RSS MiB (max)'];
-  const suiteRows: Cell[][] = r.suite.map((s) => [s.vms, s.medianSuiteMs.toFixed(0),
+  const suiteHead = ['VMs', 'guest MiB', 'suite ms per VM (median Σ totals)', 'per VM min–max', 'guest wall s (median)', 'init at uptime s (max)',
+    'guests verified', 'benchmarks verified', 'server RSS MiB (max)', 'fds (idle → max → after)'];
+  const suiteRows: Cell[][] = r.suite.map((s) => [s.vms, s.guestMiB ?? '—', s.medianSuiteMs.toFixed(0),
     `${Math.min(...s.perVm.map((v) => v.suiteMs)).toFixed(0)}–${Math.max(...s.perVm.map((v) => v.suiteMs)).toFixed(0)}`,
-    median(s.perVm.map((v) => v.wallS)).toFixed(1), `${s.perVm.reduce((t, v) => t + v.verified, 0)}/${s.perVm.reduce((t, v) => t + v.runs, 0)}`, s.rssMiB]);
+    median(s.perVm.map((v) => v.wallS)).toFixed(1), maxOf(s.perVm.map((v) => v.initUptimeS)),
+    `${s.perVm.filter((v) => v.verified === BENCHMARKS.length).length}/${s.vms}`,
+    `${s.perVm.reduce((t, v) => t + v.verified, 0)}/${s.vms * BENCHMARKS.length}`, s.rssMiB,
+    s.fds ? `${s.fds.idle} → ${s.fds.max} → ${s.fds.after}` : '—']);
   const env = r.environment;
   const md = [
     `Measured ${r.date.slice(0, 10)} (${env.accel.toUpperCase()}, \`vugpu serve --mode fv\` in its own process, policy ${r.options.policy}, ` +
       `${r.options.kernelMs} ms loop kernels, ${r.options.seconds} s measured after a ${r.options.warmupS} s warm-up; host load average ${env.loadAvgAtStart[0]} at start, ` +
-      `${env.loadAvgAtEnd[0]} at the end; ${r.wallS} s). Raw data: \`bench/results/scaling.json\`; plot: \`bench/results/scaling.svg\`.` +
+      `${env.loadAvgAtEnd[0]} at the end; ${r.wallS} s; VRAM slice ${r.options.sliceMiB ?? 128} MiB per VM). Raw data: \`bench/results/${BENCH}/${DEVICE}.json\`` +
+      (r.saturate.length ? `; plot: \`bench/results/${BENCH}/${DEVICE}.svg\`.` : '.') +
       (r.problems.length ? ` **Problems:** ${r.problems.join('; ')}` : ''),
-    '', 'Device-saturating workload:', '', mdTable(satHead, satRows),
-    '', 'Slowdown per doubling of the VMs (aggregate throughput at N over 2N, − 1; AvA: 5.7 %):', '', mdTable(dHead, dRows),
+    ...(r.saturate.length ? ['', 'Device-saturating workload:', '', mdTable(satHead, satRows),
+      '', 'Slowdown per doubling of the VMs (aggregate throughput at N over 2N, − 1; AvA: 5.7 %):', '', mdTable(dHead, dRows)] : []),
     ...(r.suite.length ? ['', 'The suite (14 benchmarks, default sizes) in N guests at once:', '', mdTable(suiteHead, suiteRows)] : []),
   ];
   if (soakR) {
-    writeResult('soak.svg', soakSvg(soakR));
-    md.push('', `Soak: ${soakR.vms} guests × ${soakR.minutes} min running the suite in a loop (raw data \`bench/results/soak.json\`, plot \`bench/results/soak.svg\`): ` +
+    files.push(writeRel(`${BENCH}/${DEVICE}-soak.svg`, soakSvg(soakR)));
+    md.push('', `Soak: ${soakR.vms} guests × ${soakR.minutes} min running the suite in a loop (raw data in the same file, plot \`bench/results/${BENCH}/${DEVICE}-soak.svg\`): ` +
       `${soakR.runs} benchmark runs, ${soakR.verified} verified; server RSS ${soakR.rssFirstMinMiB} MiB in the first minute after a ${soakR.warmupS} s warm-up, ` +
       `${soakR.rssLastMinMiB} MiB in the last (growth ${pct(soakR.rssGrowth)}); open fds ${soakR.fdsFirst} → ${soakR.fdsLast} (max ${soakR.fdsMax}).` +
       (soakR.problems.length ? ` **Problems:** ${soakR.problems.join('; ')}` : ''));
   }
-  if (out === 'scaling') replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'scaling', md.join('\n'));
-  process.stdout.write([`vugpu scaling — ${env.accel.toUpperCase()}, ${r.wallS} s`, textTable(satHead, satRows), '', textTable(dHead, dRows),
+  replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'scaling', md.join('\n'));
+  process.stdout.write([`vugpu scaling — ${env.accel.toUpperCase()}, ${r.wallS} s`,
+    ...(r.saturate.length ? [textTable(satHead, satRows), '', textTable(dHead, dRows)] : []),
     ...(r.suite.length ? ['', textTable(suiteHead, suiteRows)] : []),
     ...(soakR ? ['', `soak: ${soakR.runs} runs, ${soakR.verified} verified, RSS ${soakR.rssFirstMinMiB} → ${soakR.rssLastMinMiB} MiB (${pct(soakR.rssGrowth)}), fds ${soakR.fdsFirst} → ${soakR.fdsLast}`] : []),
     ...(r.problems.length ? [`PROBLEMS:\n  ${r.problems.join('\n  ')}`] : []),
-    `written bench/results/${out}.json, ${out}.svg${soakR ? ', soak.json, soak.svg' : ''}${out === 'scaling' ? ' and docs/results.md' : ''}`].join('\n') + '\n');
+    `written ${files.map((f) => `bench/results/${f}`).join(', ')} and docs/results.md`].join('\n') + '\n');
+}
+
+function writeRel(name: string, data: string): string {
+  writeResult(name, data);
+  return name;
+}
+
+function maxOf(xs: (number | null)[]): string {
+  const ok = xs.filter((x): x is number => x !== null);
+  return ok.length ? Math.max(...ok).toFixed(1) : '—';
+}
+
+/** A bad flag: one sentence and exit 2. */
+function usage(msg: string): never {
+  process.stderr.write(`bench:scaling: ${msg}\n`);
+  process.exit(2);
+}
+
+function vmList(flag: string, v: string): number[] {
+  const xs = v.split(',').map(Number);
+  if (xs.some((n) => !Number.isInteger(n) || n < 1 || n > MAX_VMS)) usage(`--${flag} ${v}: a comma-separated list of integers 1..${MAX_VMS}.`);
+  return xs;
 }
 
 function geo(xs: number[]): number | null {
@@ -461,6 +533,9 @@ async function main(): Promise<void> {
     args: process.argv.slice(2),
     options: {
       vms: { type: 'string', default: '1,2,4,8' },
+      'suite-vms': { type: 'string' },
+      'guest-mib': { type: 'string', default: '384' },
+      'slice-mib': { type: 'string', default: '128' },
       seconds: { type: 'string', default: '20' },
       warmup: { type: 'string', default: '5' },
       'kernel-ms': { type: 'string', default: '20' },
@@ -469,22 +544,25 @@ async function main(): Promise<void> {
       'no-saturate': { type: 'boolean', default: false },
       'soak-min': { type: 'string', default: '0' },
       'soak-sample-s': { type: 'string', default: '5' },
-      out: { type: 'string', default: 'scaling' },
       replot: { type: 'boolean', default: false },
     },
   });
-  const out = values.out!;
   if (values.replot) {
-    const r = JSON.parse(fs.readFileSync(path.join(resultsDir, `${out}.json`), 'utf8')) as Result;
-    const soakFile = path.join(resultsDir, 'soak.json');
-    report(r, fs.existsSync(soakFile) ? (JSON.parse(fs.readFileSync(soakFile, 'utf8')) as SoakResult) : null, out);
+    const file = path.join(resultsDir, BENCH, `${DEVICE}.json`);
+    if (!fs.existsSync(file)) usage(`--replot: no result to replot (${path.relative(repoRoot, file)} does not exist).`);
+    report(JSON.parse(fs.readFileSync(file, 'utf8')) as Result);
     return;
   }
+  const guestMiB = Number(values['guest-mib']);
+  const sliceMiB = Number(values['slice-mib']);
+  if (!Number.isInteger(guestMiB) || guestMiB < 128) usage(`--guest-mib ${values['guest-mib']}: an integer of at least 128 (the guest's kernel and initramfs).`);
+  if (!Number.isInteger(sliceMiB) || sliceMiB < 1 || (sliceMiB & (sliceMiB - 1)) !== 0) usage(`--slice-mib ${values['slice-mib']}: a power of two.`);
+  const vms = vmList('vms', values.vms!);
   const o: Opts = {
-    vms: values.vms!.split(',').map(Number), seconds: Number(values.seconds), warmupS: Number(values.warmup),
+    vms, suiteVms: values['suite-vms'] ? vmList('suite-vms', values['suite-vms']) : vms, guestMiB, sliceMiB,
+    seconds: Number(values.seconds), warmupS: Number(values.warmup),
     kernelMs: Number(values['kernel-ms']), policy: values.policy!, soakMin: Number(values['soak-min']), soakSampleS: Number(values['soak-sample-s']),
   };
-  if (o.vms.some((n) => !Number.isInteger(n) || n < 1 || n > 8)) throw new Error('--vms: integers 1..8');
   const manifest = loadManifest();
   const env = environment(manifest, chooseAccel());
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-scaling-'));
@@ -495,7 +573,7 @@ async function main(): Promise<void> {
   try {
     if (!values['no-saturate']) for (const n of o.vms) sat.push(await saturate(manifest, dir, n, o));
     if (!values['no-suite']) {
-      for (const n of o.vms) {
+      for (const n of o.suiteVms) {
         process.stderr.write(`[scaling] suite in ${n} guest(s) at once\n`);
         suites.push(await suite(manifest, dir, n, o));
       }
@@ -518,15 +596,11 @@ async function main(): Promise<void> {
     meanSlowdownPerDoubling: geo(d.map((x) => x.slowdown)),
     suiteSlowdownPerDoubling: sd,
     reference: { avaSlowdownPerDoubling: 0.057, avaSource: 'seeds/001 §4.6.4: N VMs each running OpenCL gaussian (saturates the GPU), runtime relative to N native applications' },
+    soak: soakR,
     problems: [...sat.flatMap((s) => s.problems.map((p) => `${s.vms} VMs: ${p}`)), ...suites.flatMap((s) => s.problems.map((p) => `suite ${s.vms} VMs: ${p}`))],
   };
-  if (sat.length || suites.length) writeResult(`${out}.json`, result);
-  if (soakR) writeResult('soak.json', soakR);
-  if (sat.length || suites.length) report(result, soakR, out);
-  else if (soakR) {
-    writeResult('soak.svg', soakSvg(soakR));
-    process.stdout.write(`soak: ${soakR.runs} runs, ${soakR.verified} verified, RSS ${soakR.rssFirstMinMiB} → ${soakR.rssLastMinMiB} MiB (${pct(soakR.rssGrowth)}), fds ${soakR.fdsFirst} → ${soakR.fdsLast}\n`);
-  }
+  writeBenchResult(BENCH, DEVICE, result);
+  report(result);
   if (result.problems.length || (soakR && soakR.problems.length)) process.exitCode = 1;
 }
 

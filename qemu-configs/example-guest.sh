@@ -20,5 +20,5 @@ exec timeout -s KILL 600 "${QEMU[@]}" \
   -object memory-backend-memfd,id=mem,size="$mem",share=on -machine memory-backend=mem \
   -nographic -vga none -monitor none -serial stdio -no-reboot -net none \
   -kernel "$(field "m['kernel']")" -initrd "$(field "m['initramfs']")" \
-  -append "console=ttyS0 panic=-1 quiet vugpu.run=$run${args:+ vugpu.args=$args}" \
+  -append "console=ttyS0 panic=-1 quiet no_timer_check vugpu.run=$run${args:+ vugpu.args=$args}" \
   -device "{\"driver\":\"vfio-user-pci\",\"socket\":{\"path\":\"$sock\",\"type\":\"unix\"}}"

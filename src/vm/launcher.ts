@@ -208,7 +208,12 @@ export function runGuest(opts: BootOptions = {}): Promise<GuestResult> {
 }
 
 function qemuArgs(m: Manifest, accel: Accel, memoryMiB: number, opts: BootOptions): string[] {
-  const append = ['console=ttyS0', 'panic=-1', 'quiet'];
+  // no_timer_check: at boot the kernel counts timer ticks across a short busy-wait to decide
+  // whether the IO-APIC timer works; a TCG guest on a saturated host can see too few and panic
+  // ("IO-APIC + timer doesn't work!") although the timer works. Cloud images pass it for this.
+  // The clocksource is left to the kernel: its watchdog falling back from the TSC under load is
+  // harmless here, and `tsc=reliable` would hide a TSC that really drifts.
+  const append = ['console=ttyS0', 'panic=-1', 'quiet', 'no_timer_check'];
   if (opts.run) append.push(`vugpu.run=${word(opts.run)}`);
   if (opts.args?.length) append.push(`vugpu.args=${opts.args.map((a) => word(a, true)).join(',')}`);
   append.push(...(opts.append ?? []));
