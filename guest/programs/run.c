@@ -6,6 +6,8 @@
  *   vugpu-programs --check-limits [--dir DIR]
  *   vugpu-programs --spin N [--dir DIR]
  *   vugpu-programs --latency MS [--window-ms N] [--dir DIR]
+ *   vugpu-programs --endless N [--dir DIR]
+ *   vugpu-programs --neighbour MS [--nop] [--window-ms N] [--seed N] [--dir DIR]
  *
  * Default: loads each sample module DIR/<name>.spv (DIR default /programs; built on the host by
  * scripts/build-spirv.sh from guest/programs/<name>.comp), runs it on deterministic inputs
@@ -32,6 +34,10 @@
  * A NOP has no output, so each window ends with one small vecadd (fresh inputs, checked bit for
  * bit against the CPU, not timed into the window): "ok" = every NOP launch succeeded and the
  * vecadd was right, so a device that stopped computing cannot pass as a fast one.
+ * --endless N / --neighbour MS: the two tenants of the isolation scenario (issue 34;
+ * test/integration/neighbour.test.ts, bench/neighbour.ts): a program that never ends, launched N
+ * times over 256 workgroups, and a neighbour that times back-to-back launches and checks each
+ * result (see run_endless and run_neighbour).
  *
  * Sample interfaces (guest/programs/README.md; descriptor set 0; push constants at offset 0):
  *   vecadd     f32  c[i] = a[i] + b[i]         bindings a (ro), b (ro), c; push {uint n}
@@ -48,6 +54,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +84,10 @@ struct opts {
 	uint32_t spin_n;
 	unsigned int latency_ms;
 	unsigned int window_ms;
+	unsigned int endless;  /* --endless N: launches of the endless program */
+	int neighbour;         /* --neighbour MS */
+	unsigned int nb_ms;
+	int nb_nop;
 };
 
 /* One check's record, printed as VUGPU-CHECK. */
@@ -789,6 +800,188 @@ done:
 	return report(&r);
 }
 
+/* ---------------------------------------------------------------- neighbour scenario (issue 34) */
+
+static volatile sig_atomic_t g_stop;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+}
+
+/* --endless N: the endless program (endless.spv) over ENDLESS_GRID workgroups, N launches, each
+ * on a fresh context (the error that stops one is sticky for its context). The device must stop
+ * each one: WATCHDOG, or PROGRAM_LOOP_LIMIT on a device with a loop cap; success is impossible. */
+#define ENDLESS_GRID 256u
+
+static int run_endless(unsigned int launches)
+{
+	int ok_all = 1;
+
+	for (unsigned int k = 1; k <= launches && !g_stop; k++) {
+		struct rec r;
+		struct sample_ctx s;
+		unsigned int grid[3] = { ENDLESS_GRID, 1, 1 };
+		uint32_t stride = 2; /* every other pass takes the `continue` */
+		vgDevicePtr dc = 0;
+		vgBinding bind[1];
+		vgResult e;
+
+		rec_init(&r, "program-endless");
+		addf(&r, ",\"launch\":%u,\"grid\":%u", k, ENDLESS_GRID);
+		if (sample_open(&s, &r, "endless"))
+			goto next;
+		TRY(&r, s.ctx, vgMemAlloc(s.ctx, &dc, 4));
+		TRY(&r, s.ctx, vgMemcpyHtoD(s.ctx, dc, &(uint32_t){ 0 }, 4));
+		bind[0] = (vgBinding){ dc, 4, 0 };
+		printf("VUGPU-PHASE {\"phase\":\"endless-start\",\"launch\":%u}\n", k);
+		fflush(stdout);
+		e = launch_sync(s.ctx, s.prog, grid, bind, 1, &stride, 4, NULL, 0, &r.first_us);
+		r.us = r.first_us;
+		printf("VUGPU-PHASE {\"phase\":\"endless-end\",\"launch\":%u,\"ms\":%.1f}\n", k, r.first_us / 1e3);
+		fflush(stdout);
+		if (e == VG_SUCCESS) {
+			snprintf(r.detail, sizeof(r.detail), "an endless program ended with success");
+			goto next;
+		}
+		fail(&r, s.ctx, e, "endless launch");
+		r.ok = e == VG_ERROR_LAUNCH_TIMEOUT || e == VG_ERROR_PROGRAM_LOOP_LIMIT;
+		addf(&r, ",\"outcome\":\"%s\"", vg_chan_err_name(r.ce.code));
+		goto next;
+out:
+		addf(&r, ",\"outcome\":\"setup failed\"");
+next:
+		sample_close(&s);
+		ok_all &= report(&r);
+	}
+	return ok_all;
+}
+
+/* --neighbour MS: the co-tenant's side. Launches back to back for MS ms (0: until SIGTERM/SIGINT),
+ * each launch → vgSynchronize timed. Default: the spin sample (one workgroup, a few iterations,
+ * a fresh seed per launch) and every result read back and checked, so a stale or wrong result
+ * counts; --nop: the built-in NOP program, nothing to check. A failed launch is counted and the
+ * context replaced (its error is sticky), so one failure does not hide the next ones. Every
+ * --window-ms: VUGPU-NB {"window","t_ms","n","fails","wrong","p50_us","max_us"}; at the end one
+ * "program-neighbour" check with the totals and the quantiles of all launches. */
+#define NB_SPIN_ITERS 16u
+
+static void nb_window(unsigned int *window, double t_ms, const double *lat, size_t k, double *ws, int failed,
+		      unsigned long long wrong)
+{
+	if (!k)
+		return;
+	memcpy(ws, lat, k * sizeof(double));
+	qsort(ws, k, sizeof(double), cmp_double);
+	printf("VUGPU-NB {\"window\":%u,\"t_ms\":%.1f,\"n\":%zu,\"fails\":%d,\"wrong\":%llu,\"p50_us\":%.1f,\"max_us\":%.1f}\n",
+	       (*window)++, t_ms, k, failed, wrong, sorted_q(ws, k, 0.5), ws[k - 1]);
+	fflush(stdout);
+}
+
+static int run_neighbour(void)
+{
+	struct rec r;
+	struct sample_ctx s;
+	const char *name = g_opt.nb_nop ? "builtins/nop" : "spin";
+	unsigned int grid[3] = { 1, 1, 1 }, window = 0, nout = 0, opened = 0;
+	size_t cap = 1u << 16, n = 0, w0 = 0, fails = 0, wrong = 0;
+	double *lat = xmalloc(cap * sizeof(double)), *ws = xmalloc(cap * sizeof(double)), t_start = 0, t_w = 0;
+	uint32_t out[64], push[2] = { NB_SPIN_ITERS, 0 }, seed = g_opt.seed * 2654435761u;
+	unsigned long long wwrong = 0;
+	vgDevicePtr dout = 0;
+	vgBinding bind[1];
+	char first_err[320] = "";
+	int open_failed = 0;
+
+	rec_init(&r, "program-neighbour");
+	addf(&r, ",\"program\":\"%s\"", name);
+	memset(&s, 0, sizeof(s));
+	signal(SIGTERM, on_stop);
+	signal(SIGINT, on_stop);
+	while (!g_stop && (!opened || !g_opt.nb_ms || now_us() - t_start < g_opt.nb_ms * 1e3)) {
+		/* (re)open: at the start and after each failed launch */
+		struct rec o;
+
+		rec_init(&o, "open");
+		if (!sample_open(&s, &o, name) && !g_opt.nb_nop) {
+			vgResult e = vgMemAlloc(s.ctx, &dout, sizeof(out));
+
+			if (e)
+				fail(&o, s.ctx, e, "vgMemAlloc");
+			bind[0] = (vgBinding){ dout, sizeof(out), 0 };
+		}
+		if (o.err || !s.prog) {
+			snprintf(first_err + strlen(first_err), sizeof(first_err) - strlen(first_err),
+				 "%sopening a %s context failed: %s %.100s", first_err[0] ? "; " : "", name,
+				 o.err ? vgGetErrorName(o.err) : "", o.detail);
+			open_failed = 1;
+			break;
+		}
+		nout = s.wg[0] < 64 ? s.wg[0] : 64;
+		if (!opened++) {
+			printf("VUGPU-PHASE {\"phase\":\"neighbour-start\",\"program\":\"%s\",\"ms\":%u,\"window_ms\":%u}\n", name,
+			       g_opt.nb_ms, g_opt.window_ms);
+			fflush(stdout);
+			t_start = t_w = now_us();
+		}
+		while (!g_stop && (!g_opt.nb_ms || now_us() - t_start < g_opt.nb_ms * 1e3)) {
+			double us;
+			vgResult e;
+
+			push[1] = seed++;
+			e = g_opt.nb_nop ? launch_sync(s.ctx, s.prog, grid, NULL, 0, NULL, 0, NULL, 0, &us)
+					 : launch_sync(s.ctx, s.prog, grid, bind, 1, push, sizeof(push), NULL, 0, &us);
+			if (!e && !g_opt.nb_nop) {
+				e = vgMemcpyDtoH(s.ctx, out, dout, nout * 4);
+				for (unsigned int i = 0; !e && i < nout; i++)
+					if (out[i] != lcg(push[1] ^ i, NB_SPIN_ITERS)) {
+						wrong++, wwrong++;
+						break;
+					}
+			}
+			if (n == cap) {
+				cap *= 2;
+				lat = realloc(lat, cap * sizeof(double));
+				ws = realloc(ws, cap * sizeof(double));
+				if (!lat || !ws) {
+					fprintf(stderr, "out of memory\n");
+					exit(125);
+				}
+			}
+			lat[n++] = us; /* a failed launch's time counts too: how long the neighbour waited */
+			if (e || now_us() - t_w >= g_opt.window_ms * 1e3) {
+				nb_window(&window, (t_w - t_start) / 1e3, lat + w0, n - w0, ws, e != 0, wwrong);
+				w0 = n;
+				wwrong = 0;
+				t_w = now_us();
+			}
+			if (e) {
+				struct rec f;
+
+				rec_init(&f, "failed");
+				fail(&f, s.ctx, e, "neighbour launch");
+				if (!fails++)
+					snprintf(first_err, sizeof(first_err), "%s (channel error %s) at launch %zu: %.160s",
+						 vgGetErrorName(e), vg_chan_err_name(f.ce.code), n, f.detail);
+				break;
+			}
+		}
+		sample_close(&s);
+	}
+	nb_window(&window, (t_w - t_start) / 1e3, lat + w0, n - w0, ws, 0, wwrong);
+	qsort(lat, n, sizeof(double), cmp_double);
+	r.ok = n > 0 && fails == 0 && wrong == 0 && !open_failed;
+	addf(&r, ",\"launches\":%zu,\"failures\":%zu,\"wrong\":%zu,\"p50_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,\"ms\":%.1f",
+	     n, fails, wrong, sorted_q(lat, n, 0.5), sorted_q(lat, n, 0.999), n ? lat[n - 1] : 0,
+	     opened ? (now_us() - t_start) / 1e3 : 0);
+	snprintf(r.detail, sizeof(r.detail), "%s", first_err);
+	sample_close(&s);
+	free(lat);
+	free(ws);
+	return report(&r);
+}
+
 /* ---------------------------------------------------------------- limits */
 
 static int limits_check(void)
@@ -1074,7 +1267,9 @@ static int usage(void)
 	fprintf(stderr, "usage: vugpu-programs [--dir DIR] [--only a:b] [--seed N] [--size N] [--repeat N | --loop]\n"
 			"       vugpu-programs --check-limits [--dir DIR]\n"
 			"       vugpu-programs --spin N [--dir DIR]\n"
-			"       vugpu-programs --latency MS [--window-ms N] [--dir DIR]\nsamples:");
+			"       vugpu-programs --latency MS [--window-ms N] [--dir DIR]\n"
+			"       vugpu-programs --endless N [--dir DIR]\n"
+			"       vugpu-programs --neighbour MS [--nop] [--window-ms N] [--seed N] [--dir DIR]\nsamples:");
 	for (size_t i = 0; i < sizeof(samples) / sizeof(samples[0]); i++)
 		fprintf(stderr, " %s", samples[i].name);
 	fprintf(stderr, "\n");
@@ -1103,6 +1298,10 @@ int main(int argc, char **argv)
 			g_opt.loop = 1;
 			continue;
 		}
+		if (!strcmp(argv[a], "--nop")) {
+			g_opt.nb_nop = 1;
+			continue;
+		}
 		if (!v)
 			return usage();
 		if (!strcmp(argv[a], "--dir"))
@@ -1120,7 +1319,12 @@ int main(int argc, char **argv)
 			g_opt.spin_n = (uint32_t)strtoul(v, NULL, 0);
 		} else if (!strcmp(argv[a], "--latency"))
 			g_opt.latency_ms = (unsigned int)strtoul(v, NULL, 0);
-		else if (!strcmp(argv[a], "--window-ms"))
+		else if (!strcmp(argv[a], "--endless"))
+			g_opt.endless = (unsigned int)strtoul(v, NULL, 0);
+		else if (!strcmp(argv[a], "--neighbour")) {
+			g_opt.neighbour = 1;
+			g_opt.nb_ms = (unsigned int)strtoul(v, NULL, 0);
+		} else if (!strcmp(argv[a], "--window-ms"))
 			g_opt.window_ms = (unsigned int)strtoul(v, NULL, 0);
 		else
 			return usage();
@@ -1161,6 +1365,10 @@ int main(int argc, char **argv)
 			limits_probes();
 		} else if (g_opt.latency_ms) {
 			run_latency();
+		} else if (g_opt.endless) {
+			run_endless(g_opt.endless);
+		} else if (g_opt.neighbour) {
+			run_neighbour();
 		} else if (g_opt.spin) {
 			rec_init(&r, "program-spin-run");
 			run_spin_n(&r, g_opt.spin_n);
