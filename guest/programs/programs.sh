@@ -4,6 +4,10 @@
 #   programs.sh suite [--pv N] [--repeat N]         the guest program suite: the samples (N rounds),
 #       --check-limits, a short spin and one past the loop limit, then the benchmarks that launch
 #       kernels, as programs (vugpu-bench --programs /programs/builtins)
+#   programs.sh attacker [--endless N] [hostile.sh attack options]   the isolation scenario's
+#       attacker (test/integration/neighbour.test.ts): the endless program N times (default 2)
+#       through the driver, then the driver let go and the program attacks from no driver
+#       (hostile.sh attack --only baseline:programs:legit-after plus the options given)
 # Loads the driver first (vugpu.ko, module parameter pv). vugpu.args splits on commas: --only
 # lists use ':'. Exit status: failed runs.
 KO=/opt/vugpu/vugpu.ko
@@ -13,9 +17,17 @@ KERNEL_BENCHES="nop loop madd mmul fmadd fmmul backprop bfs hotspot lud srad sra
 suite=0
 pv=0
 repeat=1
+endless=
 if [ "$1" = suite ]; then
   suite=1
   shift
+elif [ "$1" = attacker ]; then
+  endless=2
+  shift
+  if [ "$1" = --endless ]; then
+    endless=$2
+    shift 2
+  fi
 fi
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +41,14 @@ if ! insmod "$KO" pv="$pv" 2>/tmp/insmod.err; then
   exit 1
 fi
 echo "VUGPU-PHASE {\"phase\":\"driver-loaded\",\"pv\":$pv}"
+if [ -n "$endless" ]; then
+  $RUN --endless "$endless"
+  rc=$?
+  echo "VUGPU-PHASE {\"phase\":\"endless-done\",\"rc\":$rc}"
+  # vugpu-hostile unbinds the device from vugpu.ko itself
+  /bin/sh /opt/vugpu/hostile.sh attack --only baseline:programs:legit-after "$@"
+  exit $((rc + $?))
+fi
 if [ $suite = 0 ]; then
   $RUN "$@"
   rc=$?
