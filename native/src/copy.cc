@@ -1,5 +1,5 @@
-// Copy engine. Mapping extents per job costs a page fault per 4 KiB page on every job, which
-// measured 3.5-6 GB/s here against 16 GB/s for memcpy between already-faulted mappings. So
+// Copy engine. Mapping extents per job costs a page fault per 4 KiB page on every job, several
+// times slower than memcpy between already-faulted mappings. So
 // each file (memfd VRAM, guest RAM fd) is mapped whole once and kept in a small cache keyed by
 // inode, and a copy is a walk over two lists of (pointer, length) pieces.
 #include "copy.h"
@@ -122,8 +122,8 @@ int PlanCopy(const std::vector<ExtentSpec>& src, const std::vector<ExtentSpec>& 
   return 0;
 }
 
-// Large pieces bypass the cache with non-temporal stores: chunked memcpy stays at ~8.8 GB/s
-// here, while streaming stores reach the ~15 GB/s glibc only uses for single huge copies.
+// Large pieces bypass the cache with non-temporal stores: chunked memcpy stays well below the
+// rate of the streaming stores that glibc only uses for single huge copies.
 constexpr size_t kStreamMin = size_t(1) << 20;
 
 void StreamCopy(uint8_t* d, const uint8_t* s, size_t n) {

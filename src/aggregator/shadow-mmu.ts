@@ -30,8 +30,9 @@ const EBUSY = 16;
 /**
  * Entries (one 4 KiB page of them) that the scans skip whole when guest and shadow are both all
  * zero, checked with a native memcmp. Nearly every entry is absent, and a per-entry loop over
- * 8192 PDEs and 32768 PTEs costs a fresh server's first context 2–5 ms before V8 has compiled it
- * (measured: a cold first rebuild 3.6 ms, warm 0.2 ms) — the first benchmark of every fv boot.
+ * 8192 PDEs and 32768 PTEs costs a fresh server's first context milliseconds before V8 has
+ * compiled it — the first benchmark of every fv boot (docs/results.md, "Reading the modes
+ * results").
  */
 const SCAN_BLOCK = 512;
 const ZERO_BLOCK = Buffer.alloc(SCAN_BLOCK * 8);

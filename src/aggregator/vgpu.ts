@@ -94,7 +94,8 @@ export interface VgpuState {
   scrubPending: boolean;
 }
 
-/** Bytes zeroed per event-loop turn while scrubbing: ~2–4 ms, so other VMs are served between. */
+/** Bytes zeroed per event-loop turn while scrubbing: a few milliseconds' work, so other VMs are
+ * served between (docs/architecture.md, "Threads"). */
 export const SCRUB_CHUNK = 16 << 20;
 
 export class Vgpu {
@@ -582,8 +583,8 @@ export class Vgpu {
 
   /**
    * Zero the slice (a new client must not see the previous one's data). In SCRUB_CHUNK steps,
-   * one per event-loop turn: the server goes on serving the other VMs (zeroing 1 GiB at once
-   * held every VM for 44–57 ms, resident). Holes of the VRAM memfd are skipped (Vram.zero).
+   * one per event-loop turn: the server goes on serving the other VMs (zeroing a large slice at
+   * once held every VM for tens of milliseconds: docs/architecture.md, "Threads"). Holes of the VRAM memfd are skipped (Vram.zero).
    * whenScrubbed() says when it is done; until then the VM's listener holds a new client
    * (DeviceCallbacks.whenReady). Called again while running, it starts over.
    */

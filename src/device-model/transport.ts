@@ -132,8 +132,9 @@ const WRITABLE = 2;
 const MAX_READS_PER_WAKEUP = 32;
 // Replied requests are consumed from the socket in batches (src/persist/journal.ts): after a
 // reply the server must go idle at once, since the reply wakes the client on the server's CPU
-// (a UNIX socket's sync wake-up) — consuming each request after its reply cost ~4 µs per
-// trapped access (bench/restart.ts mmioInProcess). Bounded well below what the socket holds
+// (a UNIX socket's sync wake-up) — consuming each request after its reply made every trapped
+// access slower (bench/restart.ts mmioInProcess; docs/architecture.md, "Surviving a restart").
+// Bounded well below what the socket holds
 // (its sender's buffer: ~200 small messages).
 const BACKLOG_MAX_REQUESTS = 32;
 const BACKLOG_MAX_BYTES = 16384;

@@ -140,7 +140,8 @@ export class Mmu {
         // Following PTEs that continue this one (same flags and high word, next frame: a low
         // word equal to lo + k·pageSize, which no carry out of bit 31 can match) passed the
         // same checks: the run is one extent, bounds-checked once. A 1024³ GEMM's 12 MiB are
-        // 3072 PTEs per launch; walked one by one they cost ~40 ns each in JS.
+        // 3072 PTEs per launch; walked one by one in JS they were most of the launch's translation
+        // (docs/results.md, "Reading the modes results").
         let more = 0;
         const ptCount = last - first;
         while (i + more < ptCount && ptes[2 * (i + more + 1)] === lo + (more + 1) * pageSize && ptes[2 * (i + more + 1) + 1] === hi) more++;

@@ -36,8 +36,8 @@ export class Vram {
 
   /**
    * Zero [addr, addr + length), skipping the memfd's holes: pages never written read as zero,
-   * and filling them would only allocate them (a scrub of a lightly used 1 GiB slice faulted in
-   * the whole GiB, ~1 s of page faults).
+   * and filling them would only allocate them (a scrub of a lightly used slice faulted in all of
+   * it: docs/architecture.md, "Threads").
    */
   zero(addr: number, length: number): void {
     const end = addr + length;

@@ -1,5 +1,5 @@
 // Host windows for compute buffers. A fresh mmap per launch costs a minor page fault on every
-// page the kernel touches (≈10% of a 1024³ GEMM), so windows made only of VRAM extents — which
+// page the kernel touches (a sizeable share of a GEMM's time), so windows made only of VRAM extents — which
 // live as long as the engine — are cached and reused when a later launch resolves to exactly the
 // same extents. Translation still happens at every launch; the cache is keyed by its result, so
 // a changed page table simply misses. Windows over system memory are never cached: the bus

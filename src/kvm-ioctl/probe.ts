@@ -8,8 +8,8 @@
 // CPU advertises hardware virtualization (vmx or svm) with the matching vendor module
 // (kvm_intel / kvm_amd) loaded, and the capabilities QEMU relies on are there. It is *not*
 // usable when /dev/kvm comes from kvm_pvm: PVM is a shadow-paging KVM for PVM-aware guest
-// kernels; stock kernels die in its instruction emulator (SHLX, cmpxchg16b, xrstor, int3 —
-// /work/shared/notes/feasibility.md §3) and QEMU then pauses instead of exiting.
+// kernels; stock kernels die in its instruction emulator (SHLX, cmpxchg16b, xrstor, int3: seen
+// booting stock Debian kernels under it) and QEMU then pauses instead of exiting.
 import fs from 'node:fs';
 import path from 'node:path';
 import { native } from '../native.ts';

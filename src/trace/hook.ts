@@ -5,7 +5,8 @@
 import type { RegionHandler } from '../device-model/declaration.ts';
 import type { Tracer } from './recorder.ts';
 
-// A module binding: ~10 ns cheaper per call than looking up the global each time.
+// A module binding: cheaper per call than looking up the global each time, and this wrapper runs
+// on every trapped access.
 const perf = performance;
 
 export function traceRegion(h: RegionHandler, tracer: Tracer, vm: number, region: number): RegionHandler {

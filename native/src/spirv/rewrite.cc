@@ -16,7 +16,7 @@
 //   small loops    a loop whose trip count is a proven constant keeps its back-edge as is, when
 //                  that count times the counts of every enclosing loop left so is ≤ kSmallTrips:
 //                  a check there stops NVIDIA's compiler from unrolling it (SGEMM's 16-step inner
-//                  loop ran 18× slower), and an enclosing checked loop (or the launch's end) still
+//                  loop ran many times slower: docs/programs.md), and an enclosing checked loop (or the launch's end) still
 //                  stops it within kSmallTrips iterations. Proven = see Rewriter::constTrip;
 //                  anything else is checked. A cut of such a loop on lavapipe is seen by the
 //                  probe like any other. The skipped headers are reported (Prepared::uncheckedLoops).
@@ -25,9 +25,9 @@
 //   every 2^k       a back-edge block B without a merge instruction loads the word only every
 //                   Limits::cancelEvery-th checked back-edge of the invocation (kCancelEvery by
 //                   default): on a GPU the load is an L2 round trip that a loop with barriers
-//                   cannot overlap (the SGEMM sample ran 1.31× slower checking every iteration);
-//                   on lavapipe a loop over the SIMD lanes (the SGEMM sample 1.022–1.042× loading
-//                   at every back-edge against 1.023–1.027× in the same runs: bench/rewrite-cost.ts).
+//                   cannot overlap (checking every iteration slowed the SGEMM sample); on lavapipe
+//                   a loop over the SIMD lanes, where loading at every back-edge measured within
+//                   noise of this (bench/rewrite-cost.ts; figures in docs/programs.md).
 //                   B counts in a Private uint and branches:
 //                     B: n1 = vugpu_backedges + 1; store; due = (n1 & (every-1)) == 0
 //                        OpSelectionMerge M; OpBranchConditional due L M

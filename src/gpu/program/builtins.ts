@@ -121,8 +121,9 @@ export function setGemmKSliceForTests(k?: number): void {
 export const FMMUL_GPU_SPV = 'native/shaders/builtins/fmmul_gpu.spv';
 /** Its form for small n (64×64 tiles, 4×4 outputs per invocation; the same bits). */
 export const FMMUL_GPU64_SPV = 'native/shaders/builtins/fmmul_gpu64.spv';
-/** Below this many 128×128 workgroups FMMUL takes 64×64 tiles: 1024³ has 64 of them, and an
- *  H100 has 132 SMs (measured: bench/results/engine-vulkan.json). */
+/** Below this many 128×128 workgroups FMMUL takes 64×64 tiles: a data-center GPU has more SMs
+ *  than that (1024³ has 64 such workgroups), and the smaller tiles keep them busy
+ *  (docs/architecture.md, the GPU plan's FMMUL forms). */
 const GEMM_GPU_SMALL_GRID = 128;
 /** Tests and measurement: force FMMUL's GPU tile (64 or 128); undefined restores the rule. */
 let gemmGpuTileOverride: 64 | 128 | undefined;
