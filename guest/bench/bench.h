@@ -95,6 +95,11 @@ vgResult bench_launch(struct bench_run *r, unsigned int kernel, const unsigned i
 int bench_init(struct bench_run *r);
 int bench_close(struct bench_run *r);
 
+/* A JSON string literal of s on stdout. */
+void json_str(const char *s);
+/* vugpu-bench b2b (b2b.c): back-to-back NOP launches, each timed; the exit status */
+int run_b2b(unsigned int launches, unsigned int ms, int keep_going);
+
 /* deterministic inputs */
 uint32_t rng_u32(uint64_t *s);
 float rng_unit(uint64_t *s); /* [0, 1) */

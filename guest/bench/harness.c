@@ -9,6 +9,8 @@
  *   vugpu-bench list
  *   vugpu-bench fault        MMU fault check: the error reaches the process, with details
  *   vugpu-bench info         driver counters (kmod: without creating a context)
+ *   vugpu-bench b2b [--launches N] [--ms T] [--keep-going]
+ *                            back-to-back NOP launches, each synchronized and timed (b2b.c)
  *
  * Exit status 0 when every run verified.
  */
@@ -189,7 +191,7 @@ int bench_close(struct bench_run *r)
 	return 0;
 }
 
-static void json_str(const char *s)
+void json_str(const char *s)
 {
 	putchar('"');
 	for (; *s; s++) {
@@ -376,8 +378,8 @@ static int usage(void)
 {
 	size_t i;
 
-	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|recover|info|init [--size N] [--iters N] [--mb N] [--ms N] "
-			"[--launches N] [--seed N] [--large] [--programs DIR] [--repeat N]\nbenchmarks:");
+	fprintf(stderr, "usage: vugpu-bench <bench>|all|list|fault|recover|info|init|b2b [--size N] [--iters N] [--mb N] [--ms N] "
+			"[--launches N] [--seed N] [--large] [--programs DIR] [--repeat N] [--keep-going]\nbenchmarks:");
 	for (i = 0; i < NBENCH; i++)
 		fprintf(stderr, " %s", benches[i]->name);
 	fprintf(stderr, "\n");
@@ -389,7 +391,7 @@ int main(int argc, char **argv)
 	struct bench_opts o = { .seed = 1 };
 	const char *name;
 	size_t i;
-	int a, rc = 0, found = 0;
+	int a, rc = 0, found = 0, keep_going = 0;
 	unsigned int repeat = 1, k;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -401,6 +403,10 @@ int main(int argc, char **argv)
 
 		if (!strcmp(argv[a], "--large")) {
 			o.large = 1;
+			continue;
+		}
+		if (!strcmp(argv[a], "--keep-going")) {
+			keep_going = 1;
 			continue;
 		}
 		if (!strcmp(argv[a], "--programs")) {
@@ -438,6 +444,8 @@ int main(int argc, char **argv)
 		return check_recover(o.ms);
 	if (!strcmp(name, "info"))
 		return show_info();
+	if (!strcmp(name, "b2b"))
+		return run_b2b(o.launches, o.ms, keep_going);
 	if (!strcmp(name, "init")) /* driver bring-up only: what a twin process pays before any benchmark */
 		return vgInit(0) == VG_SUCCESS ? 0 : 1;
 	for (i = 0; i < NBENCH; i++) {

@@ -246,7 +246,10 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 /*
  * A waiter is about to sleep for fence seq: make sure an interrupt will come once it has
  * passed (appends a NON_STALL_INTERRUPT unless one is already due). Every platform wait that
- * sleeps calls this first.
+ * sleeps calls this first. It does nothing either when the fence (or an error) is already there:
+ * then no interrupt will come, so the caller must check its fence again after this call and
+ * before it sleeps (wait_event does; a poll loop must do it by hand), or it sleeps out its
+ * timeout.
  */
 int vg_ctx_arm_irq(struct vg_ctx *c, u64 seq);
 bool vg_ctx_seq_done(struct vg_ctx *c, u64 seq);

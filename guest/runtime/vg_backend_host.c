@@ -89,7 +89,19 @@ static int host_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms)
 
 		if (hd->vfu.failed)
 			return -EIO;
-		vg_ctx_arm_irq(c, seq); /* no-op once an interrupt is due */
+		/*
+		 * Arm, then look at the fence again before sleeping. Arming is a no-op both when an
+		 * interrupt is already due and when the fence has passed since the loop's check: in
+		 * the second case nothing will ever fire, and a poll now would sleep out its whole
+		 * timeout (the lost wake-up of issue 34). The kernel driver's wait_event re-checks
+		 * its condition after arming for the same reason. Once the re-check still finds the
+		 * fence pending, an interrupt is due: the one armed here or an earlier one queued
+		 * behind it, and either fires after the fence is written, so it cannot have been
+		 * consumed already.
+		 */
+		vg_ctx_arm_irq(c, seq);
+		if (c->err_code || vg_ctx_seq_done(c, seq))
+			break;
 		if (t >= deadline) {
 			ret = vg_ctx_poll_error(c);
 			return ret ? ret : -ETIMEDOUT;
