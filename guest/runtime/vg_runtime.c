@@ -1052,3 +1052,94 @@ vgResult vgLaunchProgram(vgContext ctx, vgProgram prog, unsigned int entry, cons
 	pb_mthd(&p, VG_SUBCH_COMPUTE, VG_COMPUTE_LAUNCH, 1, &launch);
 	return queue_launch(ctx, &p, slot);
 }
+
+/* ---- asynchronous work for layered drivers (guest/vulkan) ---- */
+
+vgResult vgMemHostGetDevicePointer(vgContext ctx, vgDevicePtr *dptr, void *host)
+{
+	struct vg_alloc *a;
+
+	CHECK_CTX(ctx);
+	if (!dptr || !host)
+		return VG_ERROR_INVALID_VALUE;
+	a = find_host(ctx, host, 1);
+	if (!a || a == ctx->params || a == ctx->staging[0] || a == ctx->staging[1])
+		return VG_ERROR_INVALID_HANDLE;
+	*dptr = a->va + ((uintptr_t)host - (uintptr_t)a->cpu);
+	return VG_SUCCESS;
+}
+
+/* A caller's allocation (VRAM or pinned) covering [va, va + n); never the runtime's own buffers. */
+static struct vg_alloc *find_user_va(vgContext ctx, vgDevicePtr va, uint64_t n)
+{
+	struct vg_alloc *a;
+
+	for (a = ctx->allocs; a; a = a->next)
+		if (va >= a->va && va - a->va <= a->size && n <= a->size - (va - a->va))
+			return a == ctx->params || a == ctx->staging[0] || a == ctx->staging[1] || a->program ? NULL : a;
+	return NULL;
+}
+
+vgResult vgMemcpyAsync(vgContext ctx, vgDevicePtr dst, vgDevicePtr src, size_t bytes)
+{
+	struct pb p;
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (!bytes)
+		return VG_SUCCESS;
+	if (!find_user_va(ctx, dst, bytes) || !find_user_va(ctx, src, bytes))
+		return VG_ERROR_INVALID_HANDLE;
+	while (bytes) {
+		uint32_t n = bytes > COPY_MAX_LINE ? COPY_MAX_LINE : (uint32_t)bytes;
+
+		p.n = 0;
+		pb_copy(&p, src, dst, n);
+		/* a copy takes no parameter slot: it only needs room in the queue */
+		if (ctx->batch_n + p.n > BATCH_WORDS) {
+			r = flush_launches(ctx);
+			if (r)
+				return r;
+		}
+		memcpy(ctx->batch + ctx->batch_n, p.w, (size_t)p.n * 4);
+		ctx->batch_n += p.n;
+		src += n;
+		dst += n;
+		bytes -= n;
+	}
+	return VG_SUCCESS;
+}
+
+vgResult vgFlushFence(vgContext ctx, uint64_t *fence)
+{
+	vgResult r;
+
+	CHECK_CTX(ctx);
+	if (!fence)
+		return VG_ERROR_INVALID_VALUE;
+	r = flush_launches(ctx);
+	if (!r)
+		*fence = ctx->last_seq;
+	return r;
+}
+
+vgResult vgFenceWait(vgContext ctx, uint64_t fence, unsigned int timeout_ms)
+{
+	struct vugpu_error e;
+	int ret;
+
+	CHECK_CTX(ctx);
+	if (fence > ctx->last_seq)
+		return VG_ERROR_INVALID_VALUE;
+	if (!fence)
+		return VG_SUCCESS;
+	memset(&e, 0, sizeof(e));
+	ret = ctx->be->wait(ctx->b, fence, timeout_ms, &e);
+	if (!ret)
+		return VG_SUCCESS;
+	if ((ret == -EFAULT || ret == -EIO) && e.code)
+		return channel_error(ctx, &e);
+	if (ret == -ETIMEDOUT)
+		return VG_ERROR_TIMEOUT;
+	return os_error(ctx, ret, "wait");
+}

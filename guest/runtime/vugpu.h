@@ -186,6 +186,23 @@ const char *vgGetErrorString(vgResult r);
 /* Details of the last error on ctx (fault address, channel error code, errno), or "". */
 const char *vgGetErrorDetail(vgContext ctx);
 
+
+/*
+ * Asynchronous work for drivers layered on the runtime (the Vulkan driver in guest/vulkan): a
+ * command buffer's launches and copies queue together and reach the device as one submission.
+ */
+/* The GPU VA of pinned host memory from vgMemAllocHost (cuMemHostGetDevicePointer). */
+vgResult vgMemHostGetDevicePointer(vgContext ctx, vgDevicePtr *dptr, void *host);
+/* Queue a copy engine copy between two GPU VAs of this context's allocations (VRAM or pinned
+ * host memory) behind the queued launches; like vgLaunch it returns once queued, in order with them. */
+vgResult vgMemcpyAsync(vgContext ctx, vgDevicePtr dst, vgDevicePtr src, size_t bytes);
+/* Submit what is queued (one doorbell) and return a fence that passes once everything queued or
+ * submitted so far has completed. */
+vgResult vgFlushFence(vgContext ctx, uint64_t *fence);
+/* Wait up to timeout_ms (0: only look) for a fence of vgFlushFence: VG_SUCCESS once it passed,
+ * VG_ERROR_TIMEOUT (not sticky) while it has not, or the context's channel error. */
+vgResult vgFenceWait(vgContext ctx, uint64_t fence, unsigned int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif
