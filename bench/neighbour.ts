@@ -1,0 +1,211 @@
+// A tenant's endless program beside a neighbour, without QEMU (issue 34; npm run bench:neighbour):
+// one `vugpu serve` (fv, two VMs) per engine and two native twins (the runtime's host backend,
+// the guest's driver core over vfio-user). VM b launches the built-in NOP program back to back,
+// timing each launch → vgSynchronize (`vugpu-programs --neighbour 0 --nop`); after --attack-after
+// seconds VM a loads the endless program (guest/programs/endless.comp: `for (;;)` with
+// `continue` and an atomicAdd) and launches it over 256 workgroups (`vugpu-programs --endless 1`);
+// b goes on until a's launch has been stopped and --tail seconds more. Reports VM b's longest
+// launch, p99.9, p50, failures and windows with a stall, and VM a's outcome (WATCHDOG expected,
+// PROGRAM_LOOP_LIMIT on a device with a loop cap). Writes bench/results/neighbour/<device>.json.
+//   node bench/neighbour.ts [--engine vulkan,auto] [--device NAME] [--watchdog-ms N]
+//                           [--attack-after S] [--tail S]
+// Runs from a checkout (builds the twin with make) and from the offline bundle (its twin/);
+// bench/gpu-host-neighbour.sh is the GPU host's call. Exit 1 if a scenario could not run.
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { LineSplitter, parseRecord, type GuestRecord } from '../src/vm/console.ts';
+import { startServer } from '../src/vm/server-process.ts';
+import { vulkanDevices } from '../src/gpu/vulkan.ts';
+import { repoRoot, textTable, writeBenchResult } from './lib/common.ts';
+
+const BENCH = 'neighbour';
+/** The issue's goal for a neighbour's longest launch; windows over it are counted. */
+const GOAL_MS = 50;
+
+function usage(msg: string): never {
+  console.error(`bench:neighbour: ${msg}`);
+  process.exit(2);
+}
+
+let opts: { engine: string; device?: string; 'watchdog-ms'?: string; 'attack-after': string; tail: string };
+try {
+  opts = parseArgs({
+    options: {
+      engine: { type: 'string', default: 'auto' }, device: { type: 'string' }, 'watchdog-ms': { type: 'string' },
+      'attack-after': { type: 'string', default: '2' }, tail: { type: 'string', default: '2' },
+    },
+  }).values as typeof opts;
+} catch (e) {
+  usage((e as Error).message);
+}
+const engines = opts.engine.split(',').filter(Boolean);
+for (const e of engines) if (!['auto', 'native', 'vulkan'].includes(e)) usage(`--engine takes auto, native or vulkan (a comma list), not ${e}`);
+const num = (v: string | undefined, name: string): number | undefined => {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) usage(`${name} takes a number of ${name === '--watchdog-ms' ? 'ms' : 's'}, not ${v}`);
+  return n;
+};
+const watchdogMs = num(opts['watchdog-ms'], '--watchdog-ms');
+const attackAfterS = num(opts['attack-after'], '--attack-after')!;
+const tailS = num(opts.tail, '--tail')!;
+
+/** The result file's name: the first Vulkan device, as other results name it. */
+function deviceName(): string {
+  if (opts.device) return opts.device;
+  const d = vulkanDevices()[0]?.name ?? 'cpu';
+  if (/llvmpipe|lavapipe/i.test(d)) return 'lavapipe';
+  const m = /\b([A-Z]\d{2,4}[A-Z]?)\b/.exec(d); // "NVIDIA H200" → h200
+  return (m ? m[1]! : d).toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') || 'gpu';
+}
+
+/** The twin: the bundle's static one, else built here. */
+function twinBinary(): string {
+  const bundled = path.join(repoRoot, 'twin/vugpu-programs-host');
+  if (fs.existsSync(bundled)) return bundled;
+  const out = path.join(repoRoot, 'build/native-twin');
+  const r = spawnSync('make', ['-s', '-C', path.join(repoRoot, 'guest/programs'), 'host', `O=${out}`], { encoding: 'utf8' });
+  if (r.status !== 0) usage(`building the twin (make -C guest/programs host) failed:\n${r.stdout}${r.stderr}`);
+  return path.join(out, 'vugpu-programs-host');
+}
+
+/** The modules the twins load, in the layout vugpu-programs expects (DIR/x.spv, DIR/builtins/). */
+function moduleDir(tmp: string): string {
+  const spirv = path.join(repoRoot, 'build/spirv');
+  const endless = path.join(spirv, 'guest/programs/endless.spv');
+  const builtins = path.join(spirv, 'native/shaders/builtins');
+  if (!fs.existsSync(endless) || !fs.existsSync(path.join(builtins, 'nop.spv'))) usage(`no ${endless} or ${builtins}/nop.spv: run scripts/build-spirv.sh`);
+  const d = path.join(tmp, 'modules');
+  fs.mkdirSync(d);
+  fs.symlinkSync(endless, path.join(d, 'endless.spv'));
+  fs.symlinkSync(builtins, path.join(d, 'builtins'));
+  return d;
+}
+
+interface Twin { records: { rec: GuestRecord; t: number }[]; lines: string[]; closed: Promise<number | null>; kill(sig: NodeJS.Signals): void }
+
+function twin(bin: string, socket: string, args: string[]): Twin {
+  const child = spawn(bin, args, { env: { ...process.env, VUGPU_SOCKET: socket }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const records: Twin['records'] = [];
+  const lines: string[] = [];
+  const split = new LineSplitter((l) => {
+    lines.push(l);
+    const rec = parseRecord(l, lines.length - 1);
+    if (rec) records.push({ rec, t: performance.now() });
+  });
+  child.stdout.setEncoding('utf8').on('data', (c: string) => split.push(c));
+  child.stderr.setEncoding('utf8').on('data', (c: string) => lines.push(...c.split('\n').filter(Boolean).map((l) => `stderr: ${l}`)));
+  const closed = new Promise<number | null>((r) => child.on('close', (code) => { split.flush(); r(code); }));
+  return { records, lines, closed, kill: (sig) => child.kill(sig) };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+async function until(pred: () => boolean, ms: number): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (!pred() && performance.now() < end) await sleep(50);
+  return pred();
+}
+
+interface NbWindow { window: number; t_ms: number; n: number; fails: number; wrong: number; p50_us: number; max_us: number }
+
+async function scenario(engine: string, bin: string, modules: string, tmp: string): Promise<Record<string, unknown>> {
+  const dir = fs.mkdtempSync(path.join(tmp, `${engine}-`));
+  const sock = (vm: string) => path.join(dir, `${vm}.sock`);
+  const server = await startServer({
+    socket: sock('a'),
+    args: ['--mode', 'fv', '--vm', `name=b,socket=${sock('b')},mode=fv,slice=1G`, '--vram', '4G', '--engine', engine,
+      ...(watchdogMs !== undefined ? ['--watchdog-ms', String(watchdogMs)] : [])],
+  });
+  try {
+    if (!(await until(() => fs.existsSync(sock('b')), 30_000))) throw new Error(`VM b's socket never appeared\n${server.tail()}`);
+    const from = server.output.length;
+    const b = twin(bin, sock('b'), ['--dir', modules, '--neighbour', '0', '--nop']);
+    const started = () => b.records.some((r) => r.rec.kind === 'PHASE' && r.rec.data.phase === 'neighbour-start');
+    if (!(await until(started, 60_000))) throw new Error(`VM b never started launching\n${b.lines.slice(-20).join('\n')}`);
+    await sleep(attackAfterS * 1000);
+    const tA = performance.now();
+    const a = twin(bin, sock('a'), ['--dir', modules, '--endless', '1']);
+    // The endless launch ends when the device stops it; 10 s is the default watchdog.
+    const aTimer = setTimeout(() => a.kill('SIGKILL'), (watchdogMs ?? 10_000) + 60_000);
+    const aCode = await a.closed;
+    clearTimeout(aTimer);
+    const aEnd = performance.now();
+    await sleep(tailS * 1000);
+    b.kill('SIGTERM');
+    const bTimer = setTimeout(() => b.kill('SIGKILL'), 20_000);
+    await b.closed;
+    clearTimeout(bTimer);
+
+    const endless = a.records.find((r) => r.rec.kind === 'CHECK' && r.rec.data.check === 'program-endless')?.rec.data;
+    const total = b.records.find((r) => r.rec.kind === 'CHECK' && r.rec.data.check === 'program-neighbour')?.rec.data;
+    const windows = b.records.filter((r) => r.rec.kind === 'NB');
+    const w = (x: (typeof windows)[number]) => x.rec.data as unknown as NbWindow;
+    // b's windows that overlap a's run (a window ends at its record's arrival, starts at the previous one's)
+    const during = windows.filter((x, i) => x.t >= tA && (i === 0 ? -Infinity : windows[i - 1]!.t) <= aEnd).map(w);
+    const errLines = server.output.slice(from).filter((l) => /gpu channel error/.test(l));
+    return {
+      engine,
+      watchdogMs: watchdogMs ?? 'default',
+      a: {
+        exit: aCode, outcome: endless?.outcome ?? null, ms: typeof endless?.us === 'number' ? Math.round(endless.us / 100) / 10 : null,
+        detail: endless?.detail ?? a.lines.slice(-5).join(' | '),
+      },
+      b: total ? {
+        launches: total.launches, failures: total.failures, wrong: total.wrong, p50Us: total.p50_us,
+        p999Ms: Math.round((total.p999_us as number) / 10) / 100, maxMs: Math.round((total.max_us as number) / 10) / 100,
+        wallMs: total.ms, firstError: total.detail || null,
+        windows: windows.length,
+        windowsOver50ms: windows.filter((x) => w(x).max_us > GOAL_MS * 1000).length,
+        windowsOver900ms: windows.filter((x) => w(x).max_us > 900_000).length,
+        duringA: {
+          windows: during.length, launches: during.reduce((n, x) => n + x.n, 0), failures: during.reduce((n, x) => n + x.fails, 0),
+          maxMs: Math.round(Math.max(0, ...during.map((x) => x.max_us)) / 10) / 100,
+        },
+        stalls: windows.map(w).filter((x) => x.max_us > GOAL_MS * 1000).map((x) => ({ tMs: x.t_ms, maxMs: Math.round(x.max_us / 10) / 100, fails: x.fails })),
+      } : { error: `no program-neighbour record from VM b`, tail: b.lines.slice(-10) },
+      attackStartedMs: Math.round(tA - (windows[0]?.t ?? tA)),
+      serverChannelErrors: errLines.map((l) => { const j = JSON.parse(l) as Record<string, unknown>; return { chid: j.chid, code: j.code }; }),
+      serverErrors: server.errorLines().length,
+    };
+  } finally {
+    await server.stop();
+  }
+}
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-neighbour-'));
+const device = deviceName();
+const bin = twinBinary();
+const modules = moduleDir(tmp);
+const runs: Record<string, unknown>[] = [];
+let broken = 0;
+for (const engine of engines) {
+  try {
+    const r = await scenario(engine, bin, modules, tmp);
+    runs.push(r);
+    if (!(r.a as { outcome: unknown }).outcome || 'error' in (r.b as object)) broken++;
+  } catch (e) {
+    broken++;
+    runs.push({ engine, error: (e as Error).message });
+  }
+}
+fs.rmSync(tmp, { recursive: true, force: true });
+
+const rows = runs.map((r) => {
+  const a = r.a as Record<string, unknown> | undefined;
+  const b = r.b as Record<string, unknown> | undefined;
+  return [r.engine as string, a?.outcome as string ?? String(r.error ?? ''), a?.ms as number, b?.launches as number, b?.failures as number,
+    b?.p50Us as number, b?.p999Ms as number, b?.maxMs as number, b?.windowsOver50ms as number,
+    (b?.duringA as Record<string, number> | undefined)?.maxMs];
+});
+console.log(`\nbench:neighbour on ${device} (VM a: endless program after ${attackAfterS} s; VM b: NOPs back to back)`);
+console.log(textTable(['engine', 'a: outcome', 'a: ms', 'b: launches', 'b: failed', 'b: p50 µs', 'b: p99.9 ms', 'b: max ms', `b: windows > ${GOAL_MS} ms`, 'b: max during a (ms)'], rows));
+const file = writeBenchResult(BENCH, device, {
+  scenario: 'fv, two VMs on one serve; twins (host backend): b launches the built-in NOP back to back, a launches the endless program over 256 workgroups',
+  goal: `VM b: longest launch <= ${GOAL_MS} ms and no failed launch while VM a runs an endless program`,
+  attackAfterS, tailS, runs,
+});
+console.log(`wrote ${path.relative(repoRoot, file)}`);
+process.exit(broken ? 1 : 0);
