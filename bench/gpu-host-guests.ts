@@ -17,7 +17,10 @@
 //                     the rebound channel works after the endless loop (programs.test.ts)
 //   suite             (fv VM "a") bench-suite.sh: the 14 benchmarks verified (--large: GPUvm sizes)
 //   hostile           (fv, same server as suite) the attacker (vm0, lowest slice) runs every attack
-//                     of vugpu-hostile incl. the program attacks while "a" runs the suite; then the
+//                     of vugpu-hostile incl. the program attacks while "a" runs the suite
+//                     (--cotenant-repeat rounds, default 6; the phase fails unless "a" was running
+//                     before the first attack and still after the last; its digests must equal a
+//                     run without attacks: the suite phase's, or with --large a solo run first); then the
 //                     canary VM (the slice right above the attacker's, never booted before) scans its
 //                     VRAM — all zeros, no attacker word — beside a fresh guest on the scrubbed
 //                     attacker slice (scan + suite, bit-exact); server up, no error-level log line
@@ -70,7 +73,7 @@ function usage(msg: string): never {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { large: false, timeoutS: null, out: process.env.OUT ?? '/tmp/vugpu-out', only: [...PHASES], cotenantRepeat: 3, vulkanDevice: null };
+  const a: Args = { large: false, timeoutS: null, out: process.env.OUT ?? '/tmp/vugpu-out', only: [...PHASES], cotenantRepeat: 6, vulkanDevice: null };
   const int = (flag: string, v: string | undefined, min: number): number => {
     if (v === undefined || !/^\d+$/.test(v) || Number(v) < min) usage(`${flag} takes a whole number ≥ ${min}, not ${v ?? 'nothing'}`);
     return Number(v);
@@ -435,6 +438,20 @@ if (args.only.includes('suite') || args.only.includes('hostile')) {
   const pHostile = await fv('hostile', async (v, p) => {
     const from = fvServer!.output.length;
     const vramMiB = Number(engineRecords.find((e) => e.server === 'fv')?.vramMiB ?? 1024);
+    if (!reference) {
+      // --large or no suite phase: the reference digests come from a solo run at the co-tenant's
+      // sizes, before any attack — never from a run beside the attacker, whose results are what
+      // the reference is there to judge.
+      const soloArgs = [SUITE];
+      const solo = await boot('a', soloArgs, guestTimeoutMs(600)).done;
+      p.guests.push(summarizeGuest('a (solo reference)', soloArgs, solo));
+      v.clean('a (solo reference)', solo);
+      v.sequence('a (solo reference)', 'benchmarks', benches(solo).map((b) => b.bench), BENCHES);
+      v.benchesOk('a (solo reference)', solo);
+      reference = new Map(benches(solo).map((b) => [String(b.bench), b.digest]));
+      referenceFrom = 'solo run before the attacks (hostile phase)';
+      p.notes.soloSuiteS = round(solo.durationMs / 1000);
+    }
     const before = await counters();
     // The co-tenant runs the suite (default sizes) through the attack; the attacker starts once
     // its driver is loaded.
@@ -470,16 +487,17 @@ if (args.only.includes('suite') || args.only.includes('hostile')) {
     // The co-tenant: every benchmark verified and bit-exact, untouched by the attacks.
     v.clean('a', c);
     v.sequence('a', 'co-tenant benchmarks', benches(c).map((b) => b.bench), BENCHES.flatMap((b) => Array<string>(args.cotenantRepeat).fill(b)));
-    if (!reference) {
-      // --large or no suite phase: the co-tenant's first round is the reference for the rest.
-      reference = new Map();
-      for (const b of benches(c)) if (!reference.has(String(b.bench))) reference.set(String(b.bench), b.digest);
-      referenceFrom = 'co-tenant first round';
-    }
-    v.benchesOk('a', c, reference);
+    v.benchesOk('a', c, reference ?? undefined);
     for (const k of ['faults', 'channelErrors', 'poolExhausted']) v.expect(delta('a', k) === 0, `a: metrics ${k} grew by ${delta('a', k)}`);
     const lastBench = coStamped.filter((x) => x.rec.kind === 'BENCH').at(-1)?.t ?? NaN;
-    p.notes.cotenantRanThroughAttacks = lastBench > attacksDone;
+    const attacksStart = evStamped.find((x) => x.rec.kind === 'PHASE' && x.rec.data.phase === 'attacks-start')?.t ?? NaN;
+    const coLoaded = coStamped.find((x) => x.rec.kind === 'PHASE' && x.rec.data.phase === 'driver-loaded')?.t ?? NaN;
+    // The co-tenant's results only say something about isolation if it ran beside every attack:
+    // running before the first began and still running (a benchmark finished) after the last.
+    v.expect(coLoaded < attacksStart && lastBench > attacksDone,
+      `a (co-tenant): did not run through every attack (driver loaded ${round((coLoaded - attacksStart) / 1000)} s after the attacks began, ` +
+      `last benchmark ${round((lastBench - attacksDone) / 1000)} s after they ended; raise --cotenant-repeat)`);
+    p.notes.cotenantRanThroughAttacks = coLoaded < attacksStart && lastBench > attacksDone;
     p.notes.cotenantLastBenchAfterAttacksS = round((lastBench - attacksDone) / 1000);
     p.notes.reference = referenceFrom;
     p.notes.metrics = Object.fromEntries(['vm0', 'a'].map((vm) => [vm, Object.fromEntries(['faults', 'channelErrors', 'poolExhausted'].map((k) => [k, delta(vm, k)]))]));
