@@ -13,7 +13,7 @@
 // between two markers of the guest's sequential script: the counts are the benchmark's, exactly
 // (the driver has no timers; an access while the guest is blocked would show as "not quiet").
 //
-// Writes bench/results/counts.json and the tables in docs/results.md (between generated-section
+// Writes bench/results/counts/cpu.json and the tables in docs/results.md (between generated-section
 // markers), prints the tables.
 //   node bench/counts.ts [--sizes large,default] [--modes pt,fv-naive,fv,pv,pv-batch] [--only nop:loop]
 //                        [-- <more vugpu-bench args>]
@@ -28,7 +28,7 @@ import { chooseAccel } from '../src/vm/accel.ts';
 import { vfioErrorLines, type GuestRecord } from '../src/vm/console.ts';
 import { AckChannel } from './lib/ack.ts';
 import { extendInitramfs } from './lib/initramfs.ts';
-import { environment, mdTable, repoRoot, replaceSection, textTable, writeResult, type Cell } from './lib/common.ts';
+import { environment, mdTable, repoRoot, replaceSection, textTable, writeBenchResult, type Cell } from './lib/common.ts';
 
 const BENCHES = ['nop', 'loop', 'madd', 'mmul', 'fmadd', 'fmmul', 'cpy', 'pincpy', 'backprop', 'bfs', 'hotspot', 'lud', 'srad', 'srad2'];
 const MODES: { mode: VmMode; pv: number }[] = [
@@ -352,11 +352,11 @@ async function main(): Promise<void> {
     published: { gkvmTable6TrappedMmio: GKVM_MMIO, gpuvmTable3ShadowUpdates: GPUVM_SHADOW, gpuvmTable4Hypercalls: GPUVM_HYPERCALLS },
     problems,
   };
-  const out = writeResult('counts.json', result);
+  const out = writeBenchResult('counts', 'cpu', result);
 
   replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'counts', [
     `Measured ${result.date.slice(0, 10)} (${accel.accel.toUpperCase()}, ${setup.qemu.version.replace(/^QEMU emulator version /, 'QEMU ')}, ` +
-      `guest kernel ${setup.kernelRelease}; ${result.wallS} s in all). Raw data: \`bench/results/counts.json\`.` +
+      `guest kernel ${setup.kernelRelease}; ${result.wallS} s in all). Raw data: \`bench/results/counts/cpu.json\`.` +
       (problems.length ? ` **Problems:** ${problems.join('; ')}` : ' Every benchmark verified; every step was quiet.'),
     ...configs.map((c) => `\n${markdown(c, benches)}`),
   ].join('\n'));

@@ -6,7 +6,7 @@
 // test/gpu/device-loss-scenario.ts (which CI runs on lavapipe with the loss simulated, since a
 // CPU device cannot fault without crashing the process). Also times how soon the running launch
 // fails and how soon a launch completes on the rebuilt device.
-// Writes bench/results/device-lost.json; exits 1 if a round failed, 2 without a GPU.
+// Writes bench/results/device-lost/<device>.json; exits 1 if a round failed, 2 without a GPU.
 //   node bench/device-lost.ts   env: VUGPU_BENCH_LOSS_ROUNDS (3), VUGPU_TEST_VULKAN_DEVICE (first GPU)
 import fs from 'node:fs';
 import path from 'node:path';
@@ -14,7 +14,7 @@ import { native } from '../src/native.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { rig } from '../test/gpu/helpers.ts';
 import { lossRig, lossRound, refVsCpu, type LossRound } from '../test/gpu/device-loss-scenario.ts';
-import { repoRoot, median, writeResult } from './lib/common.ts';
+import { repoRoot, median, resultDevice, writeBenchResult } from './lib/common.ts';
 
 process.env.VUGPU_TEST_HOOKS = '1';  // before the device opens: it enables buffer device address
 const ROUNDS = Number(process.env.VUGPU_BENCH_LOSS_ROUNDS ?? 3);
@@ -75,5 +75,5 @@ const out = {
   recoveredMsMedian: median(rounds.map((x) => x.recoveredMs)),
   rounds,
 };
-console.log(`wrote ${writeResult('device-lost.json', out)}; all pass: ${out.allPass}`);
+console.log(`wrote ${writeBenchResult('device-lost', resultDevice(info.name), out)}; all pass: ${out.allPass}`);
 process.exit(out.allPass ? 0 : 1);

@@ -12,7 +12,7 @@
 // Every result is checked (sampled dot products in doubles; engine vs direct vs CPU engine).
 //   node bench/engine.ts --engine vulkan [--device NAME] [--sizes 1024,4096,8192] [--reps 5]
 //        [--where vram,sysmem] [--cublas FILE] [--out FILE] [--nops 2000]
-// Writes bench/results/engine-vulkan.json and .svg (or --out and its .svg). On a CPU device
+// Writes bench/results/engine-vulkan/<device>.json and .svg (or --out and its .svg). On a CPU device
 // (lavapipe) the sizes default to 128,256,512 so the bench runs anywhere.
 import fs from 'node:fs';
 import os from 'node:os';
@@ -20,12 +20,12 @@ import path from 'node:path';
 import { jobPool } from '../src/gpu/jobs.ts';
 import { native } from '../src/native.ts';
 import { Engine } from '../src/gpu/engine.ts';
-import { HostDriver, type HostChannel, type GpuVm } from '../src/gpu/host-driver/driver.ts';
+import { HostDriver, type HostChannel, type GpuVm } from '../test/support/host-driver/driver.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { TARGET_SYSMEM } from '../src/gpu/spec.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { builtinPlan, builtinSpvPath, setGemmGpuTile, SPIRV_DIR } from '../src/gpu/program/builtins.ts';
-import { repoRoot, quantile } from './lib/common.ts';
+import { benchFile, repoRoot, quantile, resultDevice, stamp } from './lib/common.ts';
 
 interface Args {
   device?: string;
@@ -33,12 +33,12 @@ interface Args {
   reps: number;
   where: ('vram' | 'sysmem')[];
   cublas?: string;
-  out: string;
+  out?: string;
   nops: number;
 }
 
 function parse(argv: string[]): Args {
-  const a: Args = { reps: 5, where: ['vram', 'sysmem'], out: path.join(repoRoot, 'bench/results/engine-vulkan.json'), nops: 2000 };
+  const a: Args = { reps: 5, where: ['vram', 'sysmem'], nops: 2000 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!, v = argv[i + 1];
     const need = (): string => {
@@ -490,10 +490,11 @@ export async function main(argv: string[]): Promise<void> {
     importTotals: { imports: vs.imports, importMs: vs.importNs / 1e6, hits: vs.importHits },
     goals: { engineVsDirect: 0.95, engineVsCublasWithTransfers: 1.0 },
   };
-  fs.mkdirSync(path.dirname(args.out), { recursive: true });
-  fs.writeFileSync(args.out, JSON.stringify(result, null, 2) + '\n');
-  fs.writeFileSync(args.out.replace(/\.json$/, '') + '.svg', svg(result));
-  console.log(`results: ${args.out}`);
+  const out = args.out ?? benchFile('engine-vulkan', resultDevice(info.name));
+  fs.mkdirSync(path.dirname(out), { recursive: true });
+  fs.writeFileSync(out, JSON.stringify({ stamp: stamp(resultDevice(info.name)), ...result }, null, 2) + '\n');
+  fs.writeFileSync(out.replace(/\.json$/, '') + '.svg', svg(result));
+  console.log(`results: ${out}`);
 }
 
 export function svg(r: { device: { name: string }; gemm: Record<string, unknown>[]; nop: { vulkan: { p50Us: number } } }): string {

@@ -6,19 +6,19 @@
 //   - Copy engine: VRAM ↔ system memory (memfd behind the bus resolver) vs native.memcpyDirect
 //     between the same two mappings. Goal ≥ 0.7×.
 //   - Launch-to-completion latency of a NOP kernel (mean/p50/p99 over many launches).
-// Writes bench/results/engine.json and bench/results/engine.svg and prints a table.
+// Writes bench/results/engine/cpu.json and cpu.svg and prints a table.
 //   node bench/engine.ts        env: VUGPU_BENCH_GEMM_N (1024), VUGPU_BENCH_COPY_MIB (64,256),
 //                                    VUGPU_BENCH_NOPS (2000)
 //   node bench/engine.ts --engine vulkan [...]   the Vulkan engine instead: bench/engine-vulkan.ts
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { native } from '../src/native.ts';
 import { Engine } from '../src/gpu/engine.ts';
-import { HostDriver, type GpuVm, type HostChannel } from '../src/gpu/host-driver/driver.ts';
+import { HostDriver, type GpuVm, type HostChannel } from '../test/support/host-driver/driver.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { TARGET_SYSMEM } from '../src/gpu/spec.ts';
+import { benchFile, repoRoot, writeBenchResult } from './lib/common.ts';
 
 const N = Number(process.env.VUGPU_BENCH_GEMM_N ?? 1024);
 const COPY_MIB = (process.env.VUGPU_BENCH_COPY_MIB ?? '64,256').split(',').map(Number);
@@ -155,10 +155,8 @@ async function main(): Promise<void> {
     gemm, copy: copies, nop,
     goals: { gemmRatio: 0.9, copyRatio: 0.7 },
   };
-  const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results');
-  fs.mkdirSync(dir, { recursive: true });
-  fs.writeFileSync(path.join(dir, 'engine.json'), JSON.stringify(result, null, 2) + '\n');
-  fs.writeFileSync(path.join(dir, 'engine.svg'), svg(result));
+  const file = writeBenchResult('engine', 'cpu', result);
+  fs.writeFileSync(benchFile('engine', 'cpu', undefined, 'svg'), svg(result));
 
   const f = (x: number, d = 2) => x.toFixed(d);
   const rows: [string, string, string, string][] = [
@@ -173,7 +171,7 @@ async function main(): Promise<void> {
   const line = (r: string[]) => r.map((x, i) => x.padEnd(w[i]!)).join('  ');
   console.log(line(['', 'engine', 'direct', 'ratio']));
   for (const r of rows) console.log(line(r));
-  console.log(`(OpenBLAS: ${gemm.openblas}; results in bench/results/engine.json)`);
+  console.log(`(OpenBLAS: ${gemm.openblas}; results in ${path.relative(repoRoot, file)})`);
 }
 
 /** A small bar chart of the two ratios against their goals. */

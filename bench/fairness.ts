@@ -15,7 +15,7 @@
 // cross-check, a sampler in this process also reads the VMs' deviceNs counters at every window
 // boundary (those are charged at completion, so each window is quantised to whole kernels).
 // unfairness(window) = |tA − tB| / (tA + tB) (AvA; 0 = even split, 1 = one VM only); the first
-// window is skipped. Writes bench/results/fairness.json and fairness.svg, prints a table and
+// window is skipped. Writes bench/results/fairness/cpu.json and cpu.svg (--out NAME: cpu-NAME.*), prints a table and
 // replaces the fairness section of docs/results.md.
 //   node bench/fairness.ts [--policies fair,band,band:3000,fifo,credit,weighted] [--out NAME] [--seconds 25] [--warmup 3]
 //                          [--short-ms 1] [--long-ms 100] [--rounds 2] [--kernels 1,100,1,100] [--weights 1,2]
@@ -36,7 +36,7 @@ import { loadManifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
 import { cpuInterval } from './lib/cpu.ts';
 import {
-  environment, median, type Environment, mdTable, quantile, repoRoot, replaceSection, resultsDir, textTable, writeResult, type Cell,
+  benchFile, environment, median, type Environment, mdTable, outVariant, quantile, repoRoot, replaceSection, textTable, writeBenchResult, type Cell,
 } from './lib/common.ts';
 
 type Vm = string;
@@ -340,7 +340,7 @@ async function main(): Promise<void> {
     },
   });
   if (values.replot) {
-    report(JSON.parse(fs.readFileSync(path.join(resultsDir, `${values.out}.json`), 'utf8')) as Result, values.out!);
+    report(JSON.parse(fs.readFileSync(benchFile('fairness', 'cpu', outVariant('fairness', values.out)), 'utf8')) as Result, values.out!);
     return;
   }
   const shortMs = Number(values['short-ms']);
@@ -384,7 +384,7 @@ async function main(): Promise<void> {
     wallS: Math.round((performance.now() - t0) / 100) / 10,
     runs,
   };
-  writeResult(`${values.out}.json`, result);
+  writeBenchResult('fairness', 'cpu', result, outVariant('fairness', values.out));
   report(result, values.out!);
 }
 
@@ -407,7 +407,8 @@ function report(result: Result, out = 'fairness'): void {
   const wsum = o.weights.reduce((a, b) => a + b, 0);
   const runs = result.runs;
   const env = result.environment;
-  writeResult(`${out}.svg`, svg(runs, o));
+  const file = (ext: string) => benchFile('fairness', 'cpu', outVariant('fairness', out), ext);
+  fs.writeFileSync(file('svg'), svg(runs, o));
   const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
   const head = ['policy', 'median unfairness', 'max unfairness', vms.length === 2 ? 'A share (median)' : `shares ${vms.join('/')} (median)`, 'device busy', 'A gap µs p10/med/p90/p99', 'A gaps > 1 ms', 'B gap µs med',
     'idle µs per A kernel', 'equal-turn model', 'A kernel ms', 'B kernel ms', 'sampled median/max',
@@ -426,7 +427,7 @@ function report(result: Result, out = 'fairness'): void {
   if (out === 'fairness') replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'fairness', [
     `Measured ${result.date.slice(0, 10)} (${env.accel.toUpperCase()}, two fv guests with one vCPU each, ${o.seconds} windows of 1 s after a ` +
       `${o.warmupS} s warm-up and a skipped first window; host load average ${env.loadAvgAtStart[0]} at start, ` +
-      `${env.loadAvgAtEnd[0]} at the end; ${result.wallS} s). Raw data: \`bench/results/fairness.json\`; plot: \`bench/results/fairness.svg\`.` +
+      `${env.loadAvgAtEnd[0]} at the end; ${result.wallS} s). Raw data: \`bench/results/fairness/cpu.json\`; plot: \`bench/results/fairness/cpu.svg\`.` +
       `${problems.length ? ` **Problems:** ${problems.join('; ')}` : ''}`,
     '',
     mdTable(head, rows),
@@ -445,7 +446,7 @@ function report(result: Result, out = 'fairness'): void {
     textTable(head, rows),
     `reference: AvA median unfairness 2.4 % (1 s windows); simulation BAND 2.1 % at 50 µs gap, 4.2 % at 200 µs, 27 % with TCG gap tails; fair ≤ 2 %`,
     ...(problems.length ? [`PROBLEMS:\n  ${problems.join('\n  ')}`] : []),
-    `written bench/results/${out}.json, bench/results/${out}.svg${out === 'fairness' ? ' and docs/results.md' : ''} (${result.wallS} s)`,
+    `written ${path.relative(repoRoot, file('json'))}, ${path.relative(repoRoot, file('svg'))}${out === 'fairness' ? ' and docs/results.md' : ''} (${result.wallS} s)`,
   ].join('\n') + '\n');
   if (problems.length) process.exitCode = 1;
 }

@@ -43,7 +43,7 @@ import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
 import { startServer, type ServerProcess } from '../src/vm/server-process.ts';
-import { environment, median, type Environment, resultsDir, textTable, writeResult, freePort } from './lib/common.ts';
+import { benchFile, environment, median, type Environment, outVariant, resultDevice, textTable, writeBenchResult, freePort } from './lib/common.ts';
 
 const PROGRAMS = '/opt/vugpu/programs.sh';
 const HOSTILE = '/opt/vugpu/hostile.sh';
@@ -647,12 +647,16 @@ async function main(): Promise<void> {
       'attacker-nice': { type: 'string' },
       seed: { type: 'string' },
       out: { type: 'string', default: 'flood' },
+      device: { type: 'string', default: 'lavapipe' }, // --replot: whose result
       replot: { type: 'boolean', default: false },
     },
   });
   if (values.replot) {
-    const r = JSON.parse(fs.readFileSync(path.join(resultsDir, `${values.out!}.json`), 'utf8')) as Result;
-    console.log(`wrote ${writeResult(`${values.out!}.svg`, svg(r))}`);
+    const variant = outVariant('flood', values.out);
+    const r = JSON.parse(fs.readFileSync(benchFile('flood', values.device!, variant), 'utf8')) as Result;
+    const plot = benchFile('flood', values.device!, variant, 'svg');
+    fs.writeFileSync(plot, svg(r));
+    console.log(`wrote ${plot}`);
     return;
   }
   const o: Opts = {
@@ -667,8 +671,11 @@ async function main(): Promise<void> {
     throw new Error('--attacker-nice: an integer from -20 to 19');
   if (!(o.flood >= 1 && o.flood <= 256)) throw new Error('--flood: 1 to 256 modules per burst (the attacker\'s VRAM layout)');
   const r = await run(o);
-  const json = writeResult(`${o.out}.json`, r);
-  const plot = writeResult(`${o.out}.svg`, svg(r));
+  // One result per program device (lavapipe here, the GPU on a GPU host).
+  const device = resultDevice(r.programDevice);
+  const json = writeBenchResult('flood', device, r, outVariant('flood', o.out));
+  const plot = benchFile('flood', device, outVariant('flood', o.out), 'svg');
+  fs.writeFileSync(plot, svg(r));
   console.log(report(r));
   console.log(`wrote ${json} and ${plot}`);
   if (r.problems.length) {

@@ -1,6 +1,6 @@
 // Long run of the SPIR-V front-end fuzzer (test/gpu/spirv-fuzz.ts) over the test seeds: every
 // input must come back from native programPrepare, and every accepted module's rewrite must
-// validate and keep its stop checks. Writes bench/results/fuzz-programs.json.
+// validate and keep its stop checks. Writes bench/results/fuzz-programs/cpu.json.
 //   node bench/fuzz-programs.ts [--count 1000000] [--seed N]
 // A crash ends the process: the last progress line names the iteration; the same seed and
 // iteration replay the same input (each iteration's input depends only on both).
@@ -8,7 +8,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { fuzz } from '../test/gpu/spirv-fuzz.ts';
 import { buildSeeds } from '../test/gpu/spirv-helpers.ts';
-import { writeResult } from './lib/common.ts';
+import { writeBenchResult } from './lib/common.ts';
 
 const { values } = parseArgs({ options: { count: { type: 'string', default: '1000000' }, seed: { type: 'string', default: '1' } } });
 const count = Number(values.count), seed = Number(values.seed) >>> 0;
@@ -43,6 +43,6 @@ const result = {
   cpuS: Math.round((cpu.user + cpu.system) / 1e5) / 10,
   usPerInput: Math.round((stats.ms * 1000) / Math.max(1, stats.iterations)),
 };
-const file = writeResult('fuzz-programs.json', result);
+const file = writeBenchResult('fuzz-programs', 'cpu', result);
 console.log(`${stats.iterations} inputs, ${stats.accepted} accepted, ${stats.findings.length} findings; ${result.wallS} s wall, ${result.cpuS} s CPU → ${file}`);
 process.exit(stats.findings.length ? 1 : 0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How bench/results/engine-vulkan.json is made on a GPU host (the H100, through the `device`
+# How bench/results/engine-vulkan/<device>.json is made on a GPU host (the H100, through the `device`
 # tool): unpack the offline bundle (Node, runtime packages, Debian 12's Vulkan loader + glvnd;
 # scripts/bundle.sh) and run this checkout's bench with the addon and SPIR-V built here
 # (carried: build/vugpu-bundle.tar.xz, build/Release/vugpu_native.node, build/spirv). First the

@@ -1,11 +1,12 @@
 // Turns the logs of bench/gpu-host-suite.sh (fetched from the GPU host's $OUT) into
-// bench/results/gpu-host-suite.json: per run, which benchmarks and sample programs passed, with
+// bench/results/gpu-host-suite/<device>.json (stamped): per run, which benchmarks and sample programs passed, with
 // total and Exec times and digests; for the two-client run, whether both clients' digests equal
 // the solo fv run's.
 //   node bench/gpu-host-summary.ts --logs DIR [--out FILE] [--bundle TEXT] [--device TEXT]
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { benchFile, resultDevice, stamp } from './lib/common.ts';
 
 interface Result { ok: boolean; total_us: number | null; exec_us: number | null; digest: string | null; detail: string; stages_us?: Record<string, number> }
 interface Run { passed: number; failed: string[]; results: Record<string, Result> }
@@ -51,7 +52,7 @@ function summarize(results: Record<string, Result>): Run {
 const { values } = parseArgs({
   options: {
     logs: { type: 'string' },
-    out: { type: 'string', default: 'bench/results/gpu-host-suite.json' },
+    out: { type: 'string' },
     bundle: { type: 'string', default: 'build/vugpu-bundle.tar.xz' },
     device: { type: 'string' },
   },
@@ -104,7 +105,9 @@ const doc = {
   runs,
   stageTableMs: stageTable,
 };
-fs.writeFileSync(values.out, JSON.stringify(doc, null, 1) + '\n');
+const out = values.out ?? benchFile('gpu-host-suite', resultDevice(gpu));
+fs.mkdirSync(path.dirname(out), { recursive: true });
+fs.writeFileSync(out, JSON.stringify({ stamp: stamp(resultDevice(gpu)), ...doc }, null, 1) + '\n');
 if (stageTable) console.log(`\nper-stage ms, pt, CPU engine vs GPU (same run):\n${stageTable}\n`);
 for (const [k, v] of Object.entries(runs)) {
   const r = v as Run & { a?: Run; b?: Run };

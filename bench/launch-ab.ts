@@ -1,9 +1,9 @@
-// Launch-path A/B on a GPU host (bench/results/launch-ab-h200.json): completion polling (jobs.ts;
+// Launch-path A/B on a GPU host (bench/results/launch-ab/h200.json): completion polling (jobs.ts;
 // 0 µs vs 1000) × command-buffer replay (native/src/vulkan/program.cc; on vs VUGPU_VK_NO_REPLAY=1),
 // FMMUL 1024³ and 256³ through the engine on the program device, interleaved rounds, result checked.
 //   node bench/launch-ab.ts   (prints one JSON line last)
 import { Engine } from '../src/gpu/engine.ts';
-import { HostDriver } from '../src/gpu/host-driver/driver.ts';
+import { HostDriver } from '../test/support/host-driver/driver.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { jobPool } from '../src/gpu/jobs.ts';

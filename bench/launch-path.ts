@@ -1,5 +1,5 @@
 // Where a GEMM launch's time goes through the engine on the program device (a GPU host:
-// bench/results/launch-path-h200.json), beside bench/vulkan-gemm-floor.c's figure for the same
+// bench/results/launch-path/h200.json), beside bench/vulkan-gemm-floor.c's figure for the same
 // GEMM without vugpu. Per launch: `pre` (HostDriver.launch → the job pool's submitDispatch: host
 // driver, pushbuffer, doorbell, command processor, MMU, windows, the plan), `native` (submitDispatch
 // → its completion callback: the pool thread's dispatch — setup, vkQueueSubmit, the wait, finish —
@@ -15,12 +15,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Engine } from '../src/gpu/engine.ts';
-import { HostDriver } from '../src/gpu/host-driver/driver.ts';
+import { HostDriver } from '../test/support/host-driver/driver.ts';
 import { jobPool } from '../src/gpu/jobs.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { native } from '../src/native.ts';
-import { quantile, repoRoot } from './lib/common.ts';
+import { benchFile, quantile, repoRoot, resultDevice, stamp } from './lib/common.ts';
 
 const PER_BLOCK = 25;
 
@@ -38,7 +38,7 @@ function args() {
   if (!Number.isInteger(rounds) || rounds < 1 || rounds > 100) throw new UsageError(`--rounds must be 1..100, got ${v.rounds}`);
   const sizes = v.sizes?.split(',').map(Number);
   if (sizes && !sizes.every((n) => Number.isInteger(n) && n >= 64 && n <= 8192 && n % 64 === 0)) throw new UsageError(`--sizes must be multiples of 64 in 64..8192, got ${v.sizes}`);
-  return { sizes, rounds, out: path.resolve(v.out ?? path.join(repoRoot, 'bench/results/launch-path.json')) };
+  return { sizes, rounds, out: v.out === undefined ? undefined : path.resolve(v.out) };
 }
 
 const mean = (x: number[]) => x.reduce((u, v) => u + v, 0) / x.length;
@@ -121,9 +121,11 @@ async function main(): Promise<void> {
     engine.close();
   }
   backend.close();
-  fs.mkdirSync(path.dirname(a.out), { recursive: true });
-  fs.writeFileSync(a.out, JSON.stringify(result, null, 1) + '\n');
-  console.log(`wrote ${a.out}`);
+  const device = resultDevice(info.name);
+  const out = a.out ?? benchFile('launch-path', device);
+  fs.mkdirSync(path.dirname(out), { recursive: true });
+  fs.writeFileSync(out, JSON.stringify({ stamp: stamp(device), ...result }, null, 1) + '\n');
+  console.log(`wrote ${out}`);
 }
 
 main().then(

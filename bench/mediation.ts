@@ -30,7 +30,7 @@ import { buildNativeTwin, runNativeTwin } from '../src/demo/native-twin.ts';
 import { ratioPlotSvg } from './lib/ratio-plot.ts';
 import { BENCHMARKS, STAGES, type Stage } from '../src/demo/records.ts';
 import {
-  geomean, lowRatio, mdTable, median, prefault, quantile, repoRoot, replaceSection, spread, textTable, writeResult, type Cell, type LowRatio,
+  geomean, lowRatio, mdTable, median, prefault, quantile, benchFile, outVariant, repoRoot, replaceSection, spread, textTable, writeBenchResult, type Cell, type LowRatio,
   type Spread,
 } from './lib/common.ts';
 
@@ -201,7 +201,7 @@ function markdown(r: Result): string {
   const parts = [
     `Measured ${r.date.slice(0, 10)} on ${r.environment.cpu} (${r.environment.cpus} CPUs; load average ${r.environment.loadAvgAtStart[0]} at start, ` +
       `${r.environment.loadAvgAtEnd[0]} at the end), ${r.wallS} s, ${r.repeat} run(s) per benchmark, mode and round. ` +
-      'Raw data: `bench/results/mediation.json`; plot: `bench/results/mediation.svg`.' +
+      'Raw data: `bench/results/mediation/cpu.json`; plot: `bench/results/mediation/cpu.svg`.' +
       (r.problems.length ? ` **Problems:** ${r.problems.slice(0, 5).join('; ')}` : ' Every run verified.'),
   ];
   for (const set of r.sizes) {
@@ -228,8 +228,9 @@ function svg(r: Result): string {
 
 function report(r: Result, out: string): void {
   for (const set of r.sizes) set.stats = stats(r.runs, set.size, set.benches, r.modes);
-  writeResult(`${out}.json`, r);
-  writeResult(`${out}.svg`, svg(r));
+  const file = (ext: string) => benchFile('mediation', 'cpu', outVariant('mediation', out), ext);
+  writeBenchResult('mediation', 'cpu', r, outVariant('mediation', out));
+  fs.writeFileSync(file('svg'), svg(r));
   if (out === 'mediation') replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'mediation', markdown(r));
   const lines = [`vugpu mediation cost (native twin) — ${r.wallS} s`];
   for (const set of r.sizes) {
@@ -238,7 +239,7 @@ function report(r: Result, out: string): void {
       '', '10th percentiles (90 % bootstrap interval)', textTable(t.vsPtLow.head, t.vsPtLow.rows), '', textTable(t.events.head, t.events.rows));
   }
   lines.push('', r.problems.length ? `PROBLEMS:\n  ${r.problems.join('\n  ')}` : 'every run verified',
-    `written bench/results/${out}.json, bench/results/${out}.svg${out === 'mediation' ? ' and docs/results.md' : ''}`);
+    `written ${path.relative(repoRoot, file('json'))}, ${path.relative(repoRoot, file('svg'))}${out === 'mediation' ? ' and docs/results.md' : ''}`);
   process.stdout.write(`${lines.join('\n')}\n`);
   if (r.problems.length) process.exitCode = 1;
 }
@@ -270,7 +271,7 @@ async function main(): Promise<void> {
   const out = values.out!;
   if (!/^[\w-]+$/.test(out)) usage(`--out must be a plain name, not ${JSON.stringify(out)}`);
   if (values.replot) {
-    report(JSON.parse(fs.readFileSync(path.join(repoRoot, 'bench', 'results', `${out}.json`), 'utf8')) as Result, out);
+    report(JSON.parse(fs.readFileSync(benchFile('mediation', 'cpu', outVariant('mediation', out)), 'utf8')) as Result, out);
     return;
   }
   const names = values.modes!.split(',');

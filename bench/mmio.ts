@@ -1,18 +1,18 @@
 // MMIO benchmark (npm run bench:mmio): the cost of a trapped BAR0 access as a guest sees it
 // (QEMU vfio-user-pci → socket → vugpu serve → back), BAR1 aperture bandwidth, and, for
 // comparison, the TypeScript vfio-user client's round trip to the same server without QEMU.
-// Writes bench/results/mmio.json and prints a table.
+// Writes bench/results/mmio/cpu.json and prints a table.
 //   node bench/mmio.ts [N]     (N trapped reads and N writes, default 20000; env VUGPU_BENCH_N)
 // Reference: a Python server measured ~40 µs per trapped access under TCG (feasibility notes).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { VfioUserClient } from '../src/device-model/client.ts';
 import { runGuest } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { startServer } from '../src/vm/server-process.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
+import { writeBenchResult } from './lib/common.ts';
 
 const BAR0 = 0;
 const DIAG_SCRATCH0 = 0x00a010;
@@ -127,9 +127,7 @@ async function main(): Promise<void> {
     client: { readRttUs: rtt.read, writeRttUs: rtt.write },
     reference: { pythonServerTrappedAccessUsTcg: 40 },
   };
-  const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'mmio.json');
-  fs.mkdirSync(path.dirname(out), { recursive: true });
-  fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  const out = writeBenchResult('mmio', 'cpu', result);
 
   const g = result.guest;
   const row = (name: string, s: Stats) =>

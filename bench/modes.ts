@@ -14,7 +14,7 @@
 // Guest RAM (-mem-prealloc) and VRAM are faulted in before a guest boots, so that no timed stage
 // pays this host's first-touch page faults; the CPU use of each side is taken while QEMU runs.
 //
-// Writes bench/results/modes.json and modes.svg (GPUvm Fig. 4: time relative to native per
+// Writes bench/results/modes/cpu.json and cpu.svg (--out NAME: cpu-NAME.*) (GPUvm Fig. 4: time relative to native per
 // benchmark and mode, log scale) and the tables in docs/results.md (between generated-section
 // markers).
 //   node bench/modes.ts [--sizes default,large] [--modes pt,fv-naive,fv,pv,pv-batch] [--only nop:loop]
@@ -37,7 +37,7 @@ import { BENCHMARKS, STAGES, toBenchRecord, type Stage } from '../src/demo/recor
 import { cpuInterval } from './lib/cpu.ts';
 import { MODE_COLORS, ratioPlotSvg } from './lib/ratio-plot.ts';
 import {
-  environment, geomean, lowRatio, mdTable, median, prefault, quantile, repoRoot, replaceSection, resultsDir, spread, textTable, writeResult,
+  environment, geomean, lowRatio, mdTable, median, prefault, quantile, benchFile, outVariant, repoRoot, replaceSection, spread, textTable, writeBenchResult,
   type Cell, type Environment, type LowRatio, type Spread,
 } from './lib/common.ts';
 
@@ -462,7 +462,7 @@ function markdown(result: Result): string {
   const parts = [
     `Measured ${result.date.slice(0, 10)} (${env.accel.toUpperCase()}, QEMU ${env.qemu.replace(/^QEMU emulator version /, '')}, guest kernel ${env.guestKernel}; ` +
       `host load average ${env.loadAvgAtStart[0]} at start, ${env.loadAvgAtEnd[0]} at the end; ${result.wallS} s in all; ${result.repeat} run(s) of each benchmark per guest boot). ` +
-      'Raw data: `bench/results/modes.json`; plot: `bench/results/modes.svg`.' +
+      'Raw data: `bench/results/modes/cpu.json`; plot: `bench/results/modes/cpu.svg`.' +
       (result.problems.length ? ` **Problems:** ${result.problems.join('; ')}` : ' Every run verified.'),
   ];
   for (const set of result.sizes) {
@@ -510,9 +510,9 @@ async function main(): Promise<void> {
   });
   const out = values.out!;
   if (values.replot) {
-    const result = JSON.parse(fs.readFileSync(path.join(resultsDir, `${out}.json`), 'utf8')) as Result;
+    const result = JSON.parse(fs.readFileSync(benchFile('modes', 'cpu', outVariant('modes', out)), 'utf8')) as Result;
     report(result, out);
-    writeResult(`${out}.json`, result); // with the statistics as computed now
+    writeBenchResult('modes', 'cpu', result, outVariant('modes', out)); // with the statistics as computed now (its stamp kept)
     return;
   }
   const modes = values.modes ? MODES.filter((m) => values.modes!.split(',').includes(m.mode)) : MODES;
@@ -592,14 +592,15 @@ async function main(): Promise<void> {
     published: { gkvmTables5and7: GKVM, gpuvmFig4: GPUVM_FIG4 },
     problems,
   };
-  writeResult(`${out}.json`, result);
+  writeBenchResult('modes', 'cpu', result, outVariant('modes', out));
   report(result, out);
 }
 
 function report(result: Result, out: string): void {
   // Statistics from the raw runs (so --replot picks up changes to them).
   for (const set of result.sizes) set.stats = stats(result.runs, set.size, set.benches, result.sides);
-  writeResult(`${out}.svg`, result.sides.includes('native') ? svg(result) : svgVsPt(result));
+  const file = (ext: string) => benchFile('modes', 'cpu', outVariant('modes', out), ext);
+  fs.writeFileSync(file('svg'), result.sides.includes('native') ? svg(result) : svgVsPt(result));
   if (out === 'modes') replaceSection(path.join(repoRoot, 'docs', 'results.md'), 'modes', markdown(result));
   const lines = [`vugpu time per mode — ${result.environment.accel.toUpperCase()}, ${result.wallS} s`];
   for (const set of result.sizes) {
@@ -613,7 +614,7 @@ function report(result: Result, out: string): void {
       '', 'Σ (mode − pt) per stage, ms', textTable(t.loss.head, t.loss.rows));
   }
   lines.push('', result.problems.length ? `PROBLEMS:\n  ${result.problems.join('\n  ')}` : 'every run verified',
-    `written bench/results/${out}.json, bench/results/${out}.svg${out === 'modes' ? ' and docs/results.md' : ''}`);
+    `written ${path.relative(repoRoot, file('json'))}, ${path.relative(repoRoot, file('svg'))}${out === 'modes' ? ' and docs/results.md' : ''}`);
   process.stdout.write(`${lines.join('\n')}\n`);
   if (result.problems.length) process.exitCode = 1;
 }

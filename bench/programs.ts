@@ -15,7 +15,7 @@
 //     code from the warm-up device to the serving one. Modules are new to the driver by a
 //     constant (a store of a NOP-sized shader; a never-taken branch of SGEMM): one made new only
 //     by its header's generator word would be the same shader to Mesa, a disk-cache read.
-// Writes bench/results/programs.json and programs.svg.
+// Writes bench/results/programs/<device>.json and <device>.svg (lavapipe, h200, ...).
 //   node bench/programs.ts   env: VUGPU_BENCH_NOPS (600), VUGPU_BENCH_NOP_WARM_MS (300), VUGPU_BENCH_VEC (1048576), VUGPU_BENCH_SGEMM (256),
 //                            VUGPU_BENCH_REWRITE_ROUNDS (15), VUGPU_BENCH_REWRITE_LARGE (1024: GPUs also run the rewrite cost there)
 import { execFileSync } from 'node:child_process';
@@ -23,13 +23,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Engine } from '../src/gpu/engine.ts';
-import { HostDriver, type HostChannel, type ProgramModule } from '../src/gpu/host-driver/driver.ts';
+import { HostDriver, type HostChannel, type ProgramModule } from '../test/support/host-driver/driver.ts';
 import { jobPool } from '../src/gpu/jobs.ts';
 import { native } from '../src/native.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { guest, host } from '../test/aggregator/harness.ts';
-import { repoRoot, quantile, median, textTable, writeResult } from './lib/common.ts';
+import { benchFile, repoRoot, quantile, median, resultDevice, textTable, writeBenchResult } from './lib/common.ts';
 import { rewriteCost, type RewriteCase } from './rewrite-cost.ts';
 
 const NOPS = Number(process.env.VUGPU_BENCH_NOPS ?? 600);
@@ -292,8 +292,8 @@ async function main(): Promise<void> {
   engine.close();
   backend.close();
 
-  const file = writeResult('programs.json', result);
-  fs.writeFileSync(path.join(path.dirname(file), 'programs.svg'), svg(result));
+  const file = writeBenchResult('programs', resultDevice(device), result);
+  fs.writeFileSync(benchFile('programs', resultDevice(device), undefined, 'svg'), svg(result));
   const n = result.nop as Record<string, { builtin: Lat; program: Lat; ratioP50: number }>;
   console.log(textTable(['what', 'program', 'built-in', 'ratio'], [
     ...Object.entries(n).map(([m, v]) => [`NOP p50 µs (${m})`, v.program.p50Us.toFixed(1), v.builtin.p50Us.toFixed(1), `${v.ratioP50.toFixed(2)}×`]),

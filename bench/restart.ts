@@ -8,8 +8,8 @@
 //   standby  SIGKILL of the server while a standby process waits: it takes over at once
 //   upgrade  `vugpu upgrade`: a new server takes over, the old one hands over and exits
 // and, in the same run, the trapped-access latency (foundation-test --bench) on a plain server
-// and on a restartable one (checkpointing on). Writes bench/results/restart.json and
-// restart.svg, prints a table.
+// and on a restartable one (checkpointing on). Writes bench/results/restart/cpu.json and
+// cpu.svg, prints a table.
 //   node bench/restart.ts        (env VUGPU_BENCH_RESTARTS: events per kind and size, default 20;
 //                                 VUGPU_BENCH_SIZES: e.g. "1,2,4")
 //   node bench/restart.ts --in-process-only   only the in-process access cost (no guest, ~2 min),
@@ -28,7 +28,7 @@ import { chooseAccel } from '../src/vm/accel.ts';
 import { nodeBinary } from '../src/vm/server-process.ts';
 import { KeeperClient } from '../src/persist/keeper-client.ts';
 import { VfioUserClient } from '../src/device-model/client.ts';
-import { environment, quantile, repoRoot, textTable, writeResult } from './lib/common.ts';
+import { benchFile, environment, quantile, repoRoot, textTable, writeBenchResult } from './lib/common.ts';
 
 const EVENTS = Number(process.env.VUGPU_BENCH_RESTARTS ?? 20);
 const SIZES = (process.env.VUGPU_BENCH_SIZES ?? '1,2,4').split(',').map(Number);
@@ -393,7 +393,7 @@ async function main(): Promise<void> {
   if (inProcessOnly || process.argv.includes('--access-only')) {
     // Only the access cost (in process; with --access-only also guest-measured), written into
     // the last full run's results (each part carries its own date).
-    const file = path.join(repoRoot, 'bench/results/restart.json');
+    const file = benchFile('restart', 'cpu');
     const last = JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, unknown>;
     if (!inProcessOnly) {
       manifest = loadManifest();
@@ -401,7 +401,7 @@ async function main(): Promise<void> {
       console.log('trapped access, guest-measured:', JSON.stringify(last.mmio));
     }
     last.mmioInProcess = await mmioInProcess();
-    writeResult('restart.json', last);
+    writeBenchResult('restart', 'cpu', last);
     console.log('trapped access, in process:', JSON.stringify(last.mmioInProcess));
     return;
   }
@@ -415,15 +415,15 @@ async function main(): Promise<void> {
   const sizes: Record<string, Record<Kind, { guestPauseMs: Stats; samples: number[] }>> = {};
   for (const n of SIZES) sizes[String(n)] = (await pauses(n)) as Record<Kind, { guestPauseMs: Stats; samples: number[] }>;
   const result = { environment: { ...env, loadAvgAtEnd: os.loadavg().map((x) => Math.round(x * 100) / 100) }, eventsPerKind: EVENTS, mmio, mmioInProcess: mmioInProc, sizes, wallS: Math.round((performance.now() - t0) / 1000) };
-  writeResult('restart.json', result);
-  writeResult('restart.svg', svg(sizes));
+  writeBenchResult('restart', 'cpu', result);
+  fs.writeFileSync(benchFile('restart', 'cpu', undefined, 'svg'), svg(sizes));
   const rows = SIZES.flatMap((n) => KINDS.map((k) => {
     const s = sizes[String(n)]![k] as unknown as { guestPauseMs: Stats; serverPauseMs: Stats; badReads: number; lostChannels: number };
     return [n, k, s.guestPauseMs.p50, s.guestPauseMs.p90, s.guestPauseMs.max, s.serverPauseMs.p50, s.badReads];
   }));
   console.log(textTable(['VMs', 'kind', 'guest p50 ms', 'p90', 'max', 'server p50', 'bad reads'], rows));
   console.log('trapped access (µs):', JSON.stringify(mmio));
-  console.log(`written bench/results/restart.json and restart.svg (${result.wallS} s)`);
+  console.log(`written bench/results/restart/cpu.json and cpu.svg (${result.wallS} s)`);
 }
 
 main().then(() => process.exit(0), (err: unknown) => {

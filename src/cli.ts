@@ -24,7 +24,7 @@ ${usageLines(SERVE_OPTIONS, '      ')}
   vugpu upgrade --state-dir DIR | --keeper SOCKET   (live upgrade: a new server takes over)
   vugpu keeper  --socket PATH                       (the fd keeper; serve starts it itself)
   vugpu trace  summary FILE | dump FILE [--limit N]   (a --trace recording)
-  vugpu demo   [--mode pt] [--json bench/results/demo.json]
+  vugpu demo   [--mode pt] [--json bench/results/demo/cpu.json]
   vugpu setup  install QEMU (>= 10.1 with vfio-user-pci), the guest kernel and image
   vugpu bundle [--out FILE] [--with-qemu] [--verify]  one offline archive for GPU hosts (scripts/bundle.sh --help)`;
 

@@ -69,17 +69,42 @@ export function stamp(device: string): Stamp {
 
 /**
  * The current result of benchmark `bench` on `device`: bench/results/<bench>/<device>.json, stamped.
- * One file per benchmark and device; a new run replaces it (git keeps the old ones).
+ * One file per benchmark and device; a new run replaces it (git keeps the old ones). A named
+ * experiment of the same benchmark (other flags, kept beside the default run because the docs
+ * draw on it) is `variant`: <device>-<variant>.json. Data that already carries a stamp (a replot
+ * of an old result) keeps it.
  */
-export function writeBenchResult(bench: string, device: string, data: object): string {
-  if (!/^[a-z0-9][a-z0-9-]*$/.test(bench) || !/^[a-z0-9][a-z0-9-]*$/.test(device)) {
-    throw new Error(`bad result name ${bench}/${device}: lower-case letters, digits and '-' only`);
-  }
-  const dir = path.join(resultsDir, bench);
-  fs.mkdirSync(dir, { recursive: true });
-  const file = path.join(dir, `${device}.json`);
-  fs.writeFileSync(file, `${JSON.stringify({ stamp: stamp(device), ...data }, null, 2)}\n`);
+export function writeBenchResult(bench: string, device: string, data: object, variant?: string): string {
+  const file = benchFile(bench, device, variant);
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `${JSON.stringify({ stamp: { ...stamp(device), ...(variant ? { variant } : {}) }, ...data }, null, 2)}\n`);
   return file;
+}
+
+/** bench/results/<bench>/<device>[-<variant>].<ext>: where a result (or its plot) lives. */
+export function benchFile(bench: string, device: string, variant?: string, ext = 'json'): string {
+  const name = variant ? `${device}-${variant}` : device;
+  if (!/^[a-z0-9][a-z0-9-]*$/.test(bench) || !/^[a-z0-9][a-z0-9-]*$/.test(name)) {
+    throw new Error(`bad result name ${bench}/${name}: lower-case letters, digits and '-' only`);
+  }
+  return path.join(resultsDir, bench, `${name}.${ext}`);
+}
+
+/**
+ * A benchmark's --out NAME as a variant: its own name (the default) is no variant, and
+ * "<bench>-x" or "x" is variant x (so the commands quoted in docs/results.md still work).
+ */
+export function outVariant(bench: string, out: string | undefined): string | undefined {
+  if (!out || out === bench) return undefined;
+  return out.startsWith(`${bench}-`) ? out.slice(bench.length + 1) : out;
+}
+
+/** A result file's device name for a Vulkan device: "lavapipe", "h200", ... ("cpu" for none). */
+export function resultDevice(vulkanName: string | null | undefined): string {
+  if (!vulkanName) return 'cpu';
+  if (/llvmpipe|lavapipe/i.test(vulkanName)) return 'lavapipe';
+  const m = /\b([A-Z]\d{2,4}[A-Z]?)\b/.exec(vulkanName); // "NVIDIA H200" → h200
+  return (m ? m[1]! : vulkanName).toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') || 'gpu';
 }
 
 export function writeResult(name: string, data: unknown): string {

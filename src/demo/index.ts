@@ -5,7 +5,7 @@
 //   3. build and run the native twin (the same benchmark sources for the host, a user-space
 //      driver reaching a pt server over vfio-user: no VM, no TCG);
 //   4. print the stage times (G-KVM Table IV) per benchmark, guest beside native, with ratios,
-//      and write them as JSON (bench/results/demo.json).
+//      and write them as JSON (bench/results/demo/cpu.json).
 //
 // `vugpu demo` (src/cli.ts) calls main(); tests and scripts call runDemo().
 import fs from 'node:fs';
@@ -37,7 +37,7 @@ export interface DemoOptions {
   checks?: boolean;
   /** Run the native twin (default true). */
   native?: boolean;
-  /** JSON output; default bench/results/demo.json, null for none. */
+  /** JSON output; default bench/results/demo/cpu.json, null for none. */
   json?: string | null;
   guestTimeoutMs?: number;     // default 900 s
   guestMemoryMiB?: number;     // default 512
@@ -204,10 +204,12 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoReport> {
     for (const c of checks) print(`check ${c.check}: ${c.ok ? 'ok' : 'FAILED'}${typeof c.detail === 'string' && c.detail ? ` (${c.detail})` : ''}`);
     for (const p of [...guestProblems, ...native.problems]) print(`problem: ${p}`);
 
-    const json = options.json === undefined ? path.join(repoRoot, 'bench/results/demo.json') : options.json;
+    const json = options.json === undefined ? path.join(repoRoot, 'bench/results/demo/cpu.json') : options.json;
     if (json) {
       fs.mkdirSync(path.dirname(json), { recursive: true });
-      fs.writeFileSync(`${json}.tmp`, `${JSON.stringify(report, null, 2)}\n`);
+      // The twin's path relative to the checkout: a result file names no machine's directories.
+      const saved = { ...report, native: { ...report.native, binary: report.native.binary && path.relative(repoRoot, report.native.binary) } };
+      fs.writeFileSync(`${json}.tmp`, `${JSON.stringify(saved, null, 2)}\n`);
       fs.renameSync(`${json}.tmp`, json);
       print(`\nwritten: ${path.relative(process.cwd(), json) || json}`);
     }

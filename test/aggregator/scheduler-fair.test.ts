@@ -62,7 +62,7 @@ function pair(gapA: Workload['thinkNs'], gapB: Workload['thinkNs'], weights: [nu
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`.padStart(6);
 
 describe('fair: 1 ms vs 100 ms kernels (AvA: median unfairness 2.4 % in 1 s windows)', () => {
-  // Guests as measured under TCG (bench/results/fairness.json): A's gap median ~240 µs with a
+  // Guests as measured under TCG (bench/results/fairness/cpu.json): A's gap median ~240 µs with a
   // tail of stalls of 1–15 ms (0.8 % of gaps on a quiet host, 3 % with other work running,
   // 8 % up to 30 ms under heavy load); B's gap median ~700 µs.
   const gaps: [string, () => Workload['thinkNs'], () => Workload['thinkNs']][] = [

@@ -3,7 +3,7 @@
 // in pv-batch must not grow back. Counted with the native twin — guest/bench built for the host:
 // the guest kernel module's driver core and the runtime over vfio-user, against the real server in
 // this process — which gives the guests' counts without QEMU (rebuilds and hypercalls exactly;
-// BAR0 up to interrupt timing, see bench/results/counts.json). Each process's driver bring-up
+// BAR0 up to interrupt timing, see bench/results/counts/cpu.json). Each process's driver bring-up
 // (vgInit: ~100 accesses the guest pays once at module load) is measured on its own and
 // subtracted.
 //
