@@ -7,8 +7,8 @@
 // for real.
 import { openSync } from 'node:fs';
 import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
-import { GpuVm, HostDriver, type HostChannel, type MapOptions } from '../../src/gpu/host-driver/driver.ts';
-import { pte, type Entry } from '../../src/gpu/host-driver/pte.ts';
+import { GpuVm, HostDriver, type HostChannel, type MapOptions } from '../support/host-driver/driver.ts';
+import { pte, type Entry } from '../support/host-driver/pte.ts';
 import type { BusRegion } from '../../src/gpu/bus.ts';
 import { DmaTable } from '../../src/device-model/dma.ts';
 import { native } from '../../src/native.ts';

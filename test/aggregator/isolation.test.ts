@@ -4,8 +4,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
-import { pte } from '../../src/gpu/host-driver/pte.ts';
-import { GpuError } from '../../src/gpu/host-driver/driver.ts';
+import { pte } from '../support/host-driver/pte.ts';
+import { GpuError } from '../support/host-driver/driver.ts';
 import { busAddress } from '../../src/aggregator/guest-memory.ts';
 import { guest, host, type GpuBuf, type Guest } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';

@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
-import { GpuError, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import { GpuError, type HostChannel } from '../support/host-driver/driver.ts';
 import { MetricsRegistry } from '../../src/aggregator/metrics.ts';
 import { guest, host, type Guest } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';

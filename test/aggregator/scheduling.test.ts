@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import { guest, host, type Guest } from './harness.ts';
 import { params } from '../gpu/helpers.ts';
-import { Pushbuffer } from '../../src/gpu/host-driver/pushbuf.ts';
+import { Pushbuffer } from '../support/host-driver/pushbuf.ts';
 
 let h: ReturnType<typeof host> | null = null;
 const guests: Guest[] = [];

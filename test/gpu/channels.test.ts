@@ -3,8 +3,8 @@
 // watchdog, idle events with device time, PMC_ENABLE gating, runlist and preempt.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
-import { HostChannel } from '../../src/gpu/host-driver/driver.ts';
-import { Pushbuffer, header, gpfifoEntry } from '../../src/gpu/host-driver/pushbuf.ts';
+import { HostChannel } from '../support/host-driver/driver.ts';
+import { Pushbuffer, header, gpfifoEntry } from '../support/host-driver/pushbuf.ts';
 import * as S from '../../src/gpu/spec.ts';
 import { buf, params, rig, type Rig } from './helpers.ts';
 

@@ -9,7 +9,7 @@
 //     again on the rebuilt device with the same bits as before it.
 import { native } from '../../src/native.ts';
 import { K } from '../../src/gpu/kernels.ts';
-import { GpuError } from '../../src/gpu/host-driver/driver.ts';
+import { GpuError } from '../support/host-driver/driver.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
 import { buf, params, rng, type GpuBuf, type Rig } from './helpers.ts';
 

@@ -5,9 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { K } from '../../src/gpu/kernels.ts';
-import { GpuError, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
-import { pde, pte } from '../../src/gpu/host-driver/pte.ts';
-import { Pushbuffer, gpfifoEntry } from '../../src/gpu/host-driver/pushbuf.ts';
+import { GpuError, type HostChannel } from '../support/host-driver/driver.ts';
+import { pde, pte } from '../support/host-driver/pte.ts';
+import { Pushbuffer, gpfifoEntry } from '../support/host-driver/pushbuf.ts';
 import * as S from '../../src/gpu/spec.ts';
 import { buf, params, rig, type Rig } from './helpers.ts';
 

@@ -3,7 +3,7 @@
 // an exception, and the engine keeps serving a well-behaved channel afterwards.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
-import { header } from '../../src/gpu/host-driver/pushbuf.ts';
+import { header } from '../support/host-driver/pushbuf.ts';
 import * as S from '../../src/gpu/spec.ts';
 import { rig, rng, type Rig } from './helpers.ts';
 

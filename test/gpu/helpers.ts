@@ -1,7 +1,7 @@
 // Shared setup for the engine tests: a real engine (memfd VRAM), the host driver, and buffers
 // in VRAM or system memory (memfds behind the driver's bus resolver) with CPU views.
 import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
-import { HostDriver, type GpuVm, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import { HostDriver, type GpuVm, type HostChannel } from '../support/host-driver/driver.ts';
 import { TARGET_SYSMEM } from '../../src/gpu/spec.ts';
 
 export interface GpuBuf {

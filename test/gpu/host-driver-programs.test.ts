@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
-import { GpuError } from '../../src/gpu/host-driver/driver.ts';
+import { GpuError } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR, PROG_REASON } from '../../src/gpu/spec.ts';
 import { rig, type Rig } from './helpers.ts';

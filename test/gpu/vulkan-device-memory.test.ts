@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { native } from '../../src/native.ts';
 import { K } from '../../src/gpu/kernels.ts';
-import { GpuError } from '../../src/gpu/host-driver/driver.ts';
+import { GpuError } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR, progReasonName } from '../../src/gpu/spec.ts';
 import { builtinPlan, FMMUL_GPU64_SPV, FMMUL_GPU_SPV, gpuVariantsOn, setGemmGpuTile, setGemmKSliceForTests } from '../../src/gpu/program/builtins.ts';

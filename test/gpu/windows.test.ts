@@ -2,7 +2,7 @@
 // a page-table change must never reach stale memory, and sysmem windows are never cached.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
-import { pte } from '../../src/gpu/host-driver/pte.ts';
+import { pte } from '../support/host-driver/pte.ts';
 import { buf, params, rig, type Rig } from './helpers.ts';
 import { native } from '../../src/native.ts';
 import { WindowCache } from '../../src/gpu/windows.ts';

@@ -5,7 +5,7 @@
 // server restart.
 import { openSync } from 'node:fs';
 import { Engine } from '../../src/gpu/engine.ts';
-import { GpuVm, HostDriver, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import { GpuVm, HostDriver, type HostChannel } from '../support/host-driver/driver.ts';
 import type { BusRegion } from '../../src/gpu/bus.ts';
 import { DmaTable } from '../../src/device-model/dma.ts';
 import { native } from '../../src/native.ts';

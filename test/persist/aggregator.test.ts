@@ -9,8 +9,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
-import { Pushbuffer } from '../../src/gpu/host-driver/pushbuf.ts';
-import { pte } from '../../src/gpu/host-driver/pte.ts';
+import { Pushbuffer } from '../support/host-driver/pushbuf.ts';
+import { pte } from '../support/host-driver/pte.ts';
 import { CHAN_ERR_ENGINE_LOST, restoreEngine, resumeEngine, saveEngine, type EngineState } from '../../src/gpu/persist.ts';
 import {
   AGGREGATOR_STATE_VERSION, restoreAggregator, resumeAggregator, saveAggregator, type AggregatorState,

@@ -5,7 +5,7 @@
 import { openSync } from 'node:fs';
 import { Engine } from '../../src/gpu/engine.ts';
 import type { BusResolver } from '../../src/gpu/bus.ts';
-import { HostDriver, type HostChannel } from '../../src/gpu/host-driver/driver.ts';
+import { HostDriver, type HostChannel } from '../support/host-driver/driver.ts';
 import { jobPool } from '../../src/gpu/jobs.ts';
 import { TARGET_SYSMEM } from '../../src/gpu/spec.ts';
 

@@ -7,7 +7,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
-import { Pushbuffer } from '../../src/gpu/host-driver/pushbuf.ts';
+import { Pushbuffer } from '../support/host-driver/pushbuf.ts';
 import {
   CHAN_ERR_ENGINE_LOST, ENGINE_STATE_VERSION, restoreEngine, resumeEngine, saveEngine, type EngineState,
 } from '../../src/gpu/persist.ts';

@@ -3,7 +3,7 @@
 import {
   ENTRY_TARGET_SHIFT, LARGE_PAGE, PD_SHIFT, PDE_LARGE, PDE_PRESENT, PTE_PRESENT, PTE_READ_ONLY,
   SMALL_PAGE, LARGE_SHIFT, SMALL_SHIFT, TARGET_VRAM,
-} from '../spec.ts';
+} from '../../../src/gpu/spec.ts';
 
 const TWO32 = 0x1_0000_0000;
 

@@ -1,15 +1,16 @@
 // A host-side driver for the vugpu engine, written only against docs/hw-spec.md: it programs the
 // engine through BAR0 registers and touches VRAM only as a guest would through BAR1. It owns a
 // VRAM allocator, GPU address spaces (page tables), channels (instance block, USERD, GPFIFO,
-// pushbuffer ring), the doorbell, interrupts and fences. Tests and benchmarks use it; its
-// pieces (Pushbuffer, PTE encoders, allocator) are reused by the aggregator.
-import { native } from '../../native.ts';
-import type { Engine } from '../engine.ts';
-import { RegionBus, type BusResolver } from '../bus.ts';
-import { RangeAllocator } from './allocator.ts';
+// pushbuffer ring), the doorbell, interrupts and fences. Test support, not product: tests and
+// benchmarks drive the engine with it (the product's driver is the guest's, guest/driver/); it
+// shares the aggregator's range allocator rather than keep a second one.
+import { native } from '../../../src/native.ts';
+import type { Engine } from '../../../src/gpu/engine.ts';
+import { RegionBus, type BusResolver } from '../../../src/gpu/bus.ts';
+import { RangeAllocator } from '../../../src/aggregator/alloc.ts';
 import { gpfifoEntry, Pushbuffer, type SemaphoreRelease } from './pushbuf.ts';
 import { largeIndex, pde, pdIndex, pte, smallIndex, type Entry } from './pte.ts';
-import * as S from '../spec.ts';
+import * as S from '../../../src/gpu/spec.ts';
 
 const TWO32 = 0x1_0000_0000;
 const PDE_SPAN = 2 ** S.PD_SHIFT;
@@ -83,7 +84,7 @@ export class GpuVm {
   readonly pd: number;
   private drv: HostDriver;
   private tables = new Map<number, { addr: number; large: boolean }>();
-  private va = new RangeAllocator(VA_BASE, S.VA_LIMIT - VA_BASE);
+  private va = new RangeAllocator(VA_BASE, S.VA_LIMIT - VA_BASE, S.SMALL_PAGE);
 
   constructor(drv: HostDriver) {
     this.drv = drv;
@@ -127,7 +128,8 @@ export class GpuVm {
     const page = opts.large ? S.LARGE_PAGE : S.SMALL_PAGE;
     const span = opts.large ? Math.ceil(size / PDE_SPAN) * PDE_SPAN : Math.ceil(size / page) * page;
     this.unmap(va, Math.ceil(size / page) * page, !!opts.large);
-    this.va.release(va, span);
+    if (this.va.sizeOf(va) !== span) throw new RangeError(`GPU VA 0x${va.toString(16)}+${span} is not a mapping of this space`);
+    this.va.free(va);
   }
 
   unmap(va: number, size: number, large = false): void {
@@ -426,9 +428,10 @@ export class HostDriver {
     this.bus = new RegionBus();
     engine.bus = opts.bus ?? this.bus;
     const vramSize = this.rd(S.PFB_PART_COUNT) * this.rd(S.PFB_PART_SIZE_MB) * (1 << 20);
-    this.vram = new RangeAllocator(0, vramSize);
+    // Byte granule: each caller aligns its allocation itself (USERD, page tables, rings).
+    this.vram = new RangeAllocator(0, vramSize, 1);
     const base = opts.sysmemBusBase ?? 0x10_0000_0000;
-    this.sysBus = new RangeAllocator(base, 2 ** 44);
+    this.sysBus = new RangeAllocator(base, 2 ** 44, 4096);
     this.channels = new Array(this.rd(S.PFIFO_CHAN_COUNT)).fill(null);
     this.runlist = this.allocVram(4096, 4096, true);
     engine.onInterrupt = () => this.interrupt();
@@ -468,7 +471,8 @@ export class HostDriver {
   }
 
   freeVram(addr: number, size: number): void {
-    this.vram.release(addr, size);
+    if (this.vram.sizeOf(addr) !== size) throw new RangeError(`VRAM 0x${addr.toString(16)}+${size} is not an allocation`);
+    this.vram.free(addr);
   }
 
   /** System memory: a memfd registered with the bus at a fresh bus address. */
@@ -487,7 +491,7 @@ export class HostDriver {
 
   freeSysmem(b: SysmemBuffer): void {
     this.bus.remove(b.bus);
-    this.sysBus.release(b.bus, b.size);
+    this.sysBus.free(b.bus);
     native.munmap(b.buf);
     native.forgetFd?.(b.fd);
     native.close(b.fd);

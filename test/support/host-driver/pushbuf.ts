@@ -2,7 +2,7 @@
 // copy/compute launch sequences. Used by the host driver, the tests and the aggregator.
 import {
   BUFFER_READ_ONLY, COMPUTE, COPY, HOST, LAUNCH, LAUNCH_PROGRAM, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
-} from '../spec.ts';
+} from '../../../src/gpu/spec.ts';
 
 const TWO32 = 0x1_0000_0000;
 
