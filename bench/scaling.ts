@@ -487,7 +487,8 @@ function report(r: Result): void {
   ];
   if (soakR) {
     files.push(writeRel(`${BENCH}/${DEVICE}-soak.svg`, soakSvg(soakR)));
-    md.push('', `Soak: ${soakR.vms} guests × ${soakR.minutes} min running the suite in a loop (raw data in the same file, plot \`bench/results/${BENCH}/${DEVICE}-soak.svg\`): ` +
+    const earlier = (soakR as { stamp?: { date?: string } }).stamp?.date;
+    md.push('', `Soak${earlier ? ` (an earlier run, ${earlier.slice(0, 10)})` : ''}: ${soakR.vms} guests × ${soakR.minutes} min running the suite in a loop (raw data in the same file, plot \`bench/results/${BENCH}/${DEVICE}-soak.svg\`): ` +
       `${soakR.runs} benchmark runs, ${soakR.verified} verified; server RSS ${soakR.rssFirstMinMiB} MiB in the first minute after a ${soakR.warmupS} s warm-up, ` +
       `${soakR.rssLastMinMiB} MiB in the last (growth ${pct(soakR.rssGrowth)}); open fds ${soakR.fdsFirst} → ${soakR.fdsLast} (max ${soakR.fdsMax}).` +
       (soakR.problems.length ? ` **Problems:** ${soakR.problems.join('; ')}` : ''));
@@ -499,6 +500,17 @@ function report(r: Result): void {
     ...(soakR ? ['', `soak: ${soakR.runs} runs, ${soakR.verified} verified, RSS ${soakR.rssFirstMinMiB} → ${soakR.rssLastMinMiB} MiB (${pct(soakR.rssGrowth)}), fds ${soakR.fdsFirst} → ${soakR.fdsLast}`] : []),
     ...(r.problems.length ? [`PROBLEMS:\n  ${r.problems.join('\n  ')}`] : []),
     `written ${files.map((f) => `bench/results/${f}`).join(', ')} and docs/results.md`].join('\n') + '\n');
+}
+
+/**
+ * A run without a soak keeps the last soak of the current result, with the stamp it was measured
+ * under: the file stays the current result of every phase.
+ */
+function previousSoak(): (SoakResult & { stamp?: unknown }) | null {
+  const file = path.join(resultsDir, BENCH, `${DEVICE}.json`);
+  if (!fs.existsSync(file)) return null;
+  const old = JSON.parse(fs.readFileSync(file, 'utf8')) as { stamp?: unknown; soak?: SoakResult & { stamp?: unknown } | null };
+  return old.soak ? { ...old.soak, stamp: old.soak.stamp ?? old.stamp } : null;
 }
 
 function writeRel(name: string, data: string): string {
@@ -596,7 +608,7 @@ async function main(): Promise<void> {
     meanSlowdownPerDoubling: geo(d.map((x) => x.slowdown)),
     suiteSlowdownPerDoubling: sd,
     reference: { avaSlowdownPerDoubling: 0.057, avaSource: 'seeds/001 §4.6.4: N VMs each running OpenCL gaussian (saturates the GPU), runtime relative to N native applications' },
-    soak: soakR,
+    soak: soakR ?? previousSoak(),
     problems: [...sat.flatMap((s) => s.problems.map((p) => `${s.vms} VMs: ${p}`)), ...suites.flatMap((s) => s.problems.map((p) => `suite ${s.vms} VMs: ${p}`))],
   };
   writeBenchResult(BENCH, DEVICE, result);

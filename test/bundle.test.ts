@@ -215,6 +215,7 @@ describe.skipIf(!SLOW)('the real bundle (VUGPU_TEST_BUNDLE=1)', () => {
     expect(size).toBeLessThan(55 * 1048576);
     const list = execFileSync('tar', ['-tJf', out], { encoding: 'utf8', maxBuffer: 64 << 20 }).split('\n');
     for (const f of ['bin/vugpu', 'bin/vugpu-twin', 'bin/vugpu-smoke', 'libexec/vugpu-env.sh', 'node/bin/node', 'src/cli.ts', 'package.json',
+                     'bench/programs.ts', 'test/support/host-driver/driver.ts',
                      'build/Release/vugpu_native.node', 'lib/libopenblas.so.0', 'lib/libvulkan.so.1', 'lib/libEGL.so.1',
                      'lib/libGLdispatch.so.0', 'twin/vugpu-bench-host', 'twin/sdk/libvugpu.a', 'node_modules/pino/package.json',
                      'node_modules/protobufjs/package.json', 'README-BUNDLE.md', 'MANIFEST.json', 'SHA256SUMS']) {
