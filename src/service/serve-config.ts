@@ -4,7 +4,7 @@
 // A new serve option is one row in SERVE_OPTIONS plus its line in serveSettings().
 import { dirname } from 'node:path';
 import type { EngineBackend, VmConfig, VmMode, VugpuOptions } from '../server.ts';
-import { policyNames } from '../aggregator/scheduler/index.ts';
+import { POLICY_SHARES, policyNames } from '../aggregator/scheduler/index.ts';
 import { RangeAllocator } from '../aggregator/alloc.ts';
 import {
   UsageError, boolKind, enumKind, formatSize, get, getList, intKind, mergeConfigFile, numberKind,
@@ -50,7 +50,7 @@ export const SERVE_OPTIONS: readonly OptionDef[] = [
   { key: 'vram', kind: kinds.vram, arg: 'SIZE', help: 'engine VRAM (default 1G)' },
   { key: 'channels', kind: kinds.channels, arg: 'N', help: 'physical channels (default 64)' },
   { key: 'watchdog-ms', kind: kinds.watchdogMs, arg: 'MS', help: 'engine watchdog for one job (default 10000)' },
-  { key: 'policy', kind: kinds.policy, arg: 'NAME', help: `scheduler: ${kinds.policy.form.replace(/^one of /, '')} (default band)` },
+  { key: 'policy', kind: kinds.policy, arg: 'NAME', help: `scheduler: ${kinds.policy.form.replace(/^one of /, '')} (default band); ${POLICY_SHARES}` },
   { key: 'band-yield-us', kind: kinds.bandYieldUs, arg: 'US', help: "BAND's yield window (default 500)" },
   { key: 'metrics-port', kind: kinds.port, arg: 'PORT', help: 'serve /metrics and /metrics.json on this TCP port (0: any free one)' },
   { key: 'metrics-host', kind: kinds.host, arg: 'ADDR', help: 'address of the metrics server (default 127.0.0.1)' },

@@ -65,6 +65,12 @@ class EventQueue {
 export interface Workload {
   /** Device ns per submission (a function of the submission index for variable kernels). */
   kernelNs: number | ((i: number) => number);
+  /**
+   * What the engine reports as the submission's device ns (default: kernelNs). A tiny launch
+   * holds the device from dispatch to completion far longer than the engine's own job runs
+   * (the hand-off to the pool, the completion's way back), so it reports much less.
+   */
+  reportedNs?: number;
   /** Guest time between a completion and its next doorbell (the trap path), ns; a function of the gap index for variable gaps. */
   thinkNs: number | ((i: number) => number);
   /**
@@ -207,7 +213,7 @@ export class Simulation {
       this.deviceBusy = false;
       this.intervals.push({ vm, start, end: this.now });
       this.kernelDone.set(vm, true);
-      this.dispatcher.complete(vm, ns);
+      this.dispatcher.complete(vm, w.reportedNs ?? ns);
       if (!this.irqOutstanding.get(vm)) this.think(vm);
     });
   }

@@ -50,13 +50,14 @@ describe('registry', () => {
     expect(p.running).toBe(first);
     expect(p.pickNext(5 * US)).toBeNull(); // busy: no second decision
     expect(() => p.onComplete(first === 'a' ? 'b' : 'a', 1, 6 * US)).toThrow(/not running|is running/);
-    p.onComplete(first, Number.NaN, 1 * MS); // a bad device time is charged as 0, not NaN
+    // A bad device time is not charged (no NaN); the time the submission held the device is.
+    p.onComplete(first, Number.NaN, 1 * MS);
     const st = p.state();
     expect(st.policy).toBe(name);
     expect(JSON.parse(JSON.stringify(st))).toEqual(st);
     expect(JSON.stringify(st)).not.toContain('NaN');
     expect(st.vms[first]!.completed).toBe(1);
-    expect(st.vms[first]!.deviceNs).toBe(0);
+    expect(st.vms[first]!.deviceNs).toBe(1 * MS - 4 * US);
     // state() is a copy
     st.vms['a']!.pending = 99;
     expect(p.pending('a')).not.toBe(99);

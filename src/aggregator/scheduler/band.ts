@@ -12,6 +12,9 @@
 //     just completed is under its share and has used less, the device stays idle for up to
 //     `yieldNs` (default 500 µs, Gdev's spin) for that VM to submit again. One chance per
 //     completion (GDEV_VSCHED_BAND_SELECT_CHANCES = 1). Gdev spins; we return { waitUntil }.
+//     The wait is free up to the length of that VM's last submission and charged to it beyond
+//     (see endYield): otherwise a VM of tiny launches with longer gaps would win every yield
+//     and leave the device idle most of the time while its neighbour waits.
 //   - a VM alone is never throttled (no demotion, no waiting), so BAND is work-conserving.
 //
 // Utilisation is the VM's fraction of the device time all VMs used in the window (not of wall
@@ -25,6 +28,11 @@
 // just changed, and a newcomer measured against history from before it arrived would look
 // "under share" until it had taken a whole window's share for itself (hoarding by another name).
 //
+// Device time is what a submission held the device (base.ts: dispatch to completion, or the
+// engine's ns if longer): charged only the engine's ns, a VM of NOP launches used almost
+// nothing, stayed under its share, won every yield and starved a copy-bound neighbour until
+// that neighbour's last job left the window (test/aggregator/scheduler-starvation.test.ts).
+//
 // Residual unfairness: the idle gaps the yield window leaves (the guest's doorbell latency)
 // are device time nobody uses, and the sliding window tends to lock the alternation onto equal
 // *wall* time per turn, so the short-kernel VM ends up about gap / (kernel + gap) / 2 below an
@@ -32,7 +40,7 @@
 import { moveToTail } from './base.ts';
 import { CreditPolicyBase, creditBaseState, newCreditVm } from './credit-base.ts';
 import type { CreditConfig, CreditStateBase, CreditVmState } from './credit-base.ts';
-import type { Pick, VmCommonState, VmId } from './types.ts';
+import type { Pick, PolicyStateBase, VmCommonState, VmId } from './types.ts';
 
 export interface BandConfig extends CreditConfig {
   /** Utilisation window, ns (default 1 s, Gdev's com_bw_used window). */
@@ -48,6 +56,10 @@ export interface BandVmState extends CreditVmState {
   usage: number[];
   /** Σ usage, kept up to date so reading the window is O(1). */
   usageSum: number;
+  /** Device ns charged for its last submission: how long a yield may idle for it free. */
+  lastNs: number;
+  /** Idle device time its yields charged to it, ns (observability). */
+  yieldHeldNs: number;
 }
 
 export interface BandState extends CreditStateBase<BandVmState> {
@@ -65,6 +77,8 @@ export interface BandState extends CreditStateBase<BandVmState> {
   /** Active yield: the device waits for this VM until yieldUntilNs. */
   yieldVm: VmId | null;
   yieldUntilNs: number;
+  /** When the active yield began: the idle time from then on is charged to yieldVm. */
+  yieldSinceNs: number;
 }
 
 export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
@@ -92,13 +106,25 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
         yieldChance: false,
         yieldVm: null,
         yieldUntilNs: 0,
+        yieldSinceNs: 0,
       },
     );
   }
 
   protected newVm(common: VmCommonState): BandVmState {
     const slots = Math.round(this.s.windowNs / this.s.bucketNs) + 1;
-    return { ...newCreditVm(common), usage: new Array<number>(slots).fill(0), usageSum: 0 };
+    return { ...newCreditVm(common), usage: new Array<number>(slots).fill(0), usageSum: 0, lastNs: 0, yieldHeldNs: 0 };
+  }
+
+  /** A state from a server before the yield was charged lacks its fields: they start at 0. */
+  override load(state: PolicyStateBase): void {
+    super.load(state);
+    this.s.yieldSinceNs ??= 0;
+    for (const id in this.s.vms) {
+      const v = this.s.vms[id]!;
+      v.lastNs ??= 0;
+      v.yieldHeldNs ??= 0;
+    }
   }
 
   /** Device ns vm used in the sliding window ending at now. */
@@ -202,10 +228,30 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
 
   protected completed(vm: VmId, v: BandVmState, deviceNs: number, now: number): void {
     this.settle(vm, v, deviceNs, now);
+    v.lastNs = deviceNs;
     if (this.demotable(vm, v, this.totalUsage(now), now)) moveToTail(this.s.order, vm);
     this.s.lastCompleted = vm;
     this.s.lastCompletedNs = now;
     this.s.yieldChance = true;
+  }
+
+  /**
+   * The device idled for yieldVm. Up to the length of its last submission the wait is free
+   * (the yield's purpose: a VM whose gaps are shorter than its kernels gets an even split);
+   * beyond that it is charged like device time. Nobody else could use it, and uncharged it let
+   * a VM of tiny launches with longer gaps keep the device mostly idle while its neighbour
+   * waited: its usage grew only by its launches, so it stayed under share and won every yield.
+   */
+  private endYield(now: number): void {
+    const s = this.s;
+    const vm = s.yieldVm;
+    s.yieldVm = null;
+    if (vm === null) return;
+    const v = s.vms[vm]!;
+    const over = now - s.yieldSinceNs - v.lastNs;
+    if (over <= 0) return;
+    v.yieldHeldNs += over;
+    this.charge(vm, v, over, now);
   }
 
   protected decide(now: number): Pick {
@@ -214,10 +260,10 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
     if (s.yieldVm !== null) {
       if (s.vms[s.yieldVm]!.pending > 0) {
         const vm = s.yieldVm;
-        s.yieldVm = null;
+        this.endYield(now);
         return vm;
       }
-      if (now >= s.yieldUntilNs) s.yieldVm = null;
+      if (now >= s.yieldUntilNs) this.endYield(now);
     }
     const total = this.totalUsage(now);
     let first: VmId | null = null;
@@ -236,7 +282,7 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
     if (s.yieldVm !== null) {
       // Keep waiting only while the reason holds: the candidate is over its share.
       if (this.overShare(choice, total, now)) return { waitUntil: s.yieldUntilNs };
-      s.yieldVm = null;
+      this.endYield(now);
       return choice;
     }
     if (s.yieldChance) {
@@ -254,6 +300,7 @@ export class BandPolicy extends CreditPolicyBase<BandVmState, BandState> {
       ) {
         s.yieldVm = cur;
         s.yieldUntilNs = until;
+        s.yieldSinceNs = now;
         return { waitUntil: until };
       }
     }

@@ -134,7 +134,12 @@ export abstract class PolicyBase<V extends VmCommonState, S extends PolicyStateB
       return;
     }
     const v = this.s.vms[vm]!;
-    const ns = sanitizeNs(deviceNs);
+    // Charge the time the submission held the device, not only what the engine reports: one
+    // submission runs at a time, so from its dispatch to its completion nobody else can start.
+    // For a tiny launch the engine's job is a small part of that (the hand-off to the pool, the
+    // completion's way back), and a VM of tiny launches charged only for its jobs would look
+    // idle to every policy while it kept the device from its neighbours.
+    const ns = Math.max(sanitizeNs(deviceNs), sanitizeNs(now - this.s.runningSinceNs));
     v.deviceNs += ns;
     v.completed++;
     v.lastActiveNs = now;

@@ -1,7 +1,7 @@
 // Scheduling policies for the non-preemptive device (see types.ts for the contract).
 export type { Pick, PolicyStateBase, SchedulerPolicy, VmCommonState, VmId, VmOptions, WaitUntil } from './types.ts';
 export { isWait } from './types.ts';
-export { createPolicy, isPolicyName, policyNames, restorePolicy } from './registry.ts';
+export { POLICY_SHARES, createPolicy, isPolicyName, policyNames, restorePolicy } from './registry.ts';
 export type { PolicyConfigs, PolicyName } from './registry.ts';
 export { Dispatcher } from './dispatcher.ts';
 export { monotonicNowNs, nodeHost } from './dispatcher.ts';

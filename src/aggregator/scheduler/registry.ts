@@ -31,6 +31,17 @@ const factories: { [K in PolicyName]: (config: PolicyConfigs[K]) => SchedulerPol
 
 export const policyNames: readonly PolicyName[] = Object.freeze(Object.keys(factories) as PolicyName[]);
 
+/**
+ * What each policy promises about device-time shares (equal weights, every VM busy), for
+ * `--policy`'s help. band and fair idle the device briefly for a VM between its submissions;
+ * credit and weighted never do, so a VM that waits for each job before the next gets one job
+ * per neighbour's job whatever its weight; fifo has none (test/aggregator/
+ * scheduler-starvation.test.ts holds each policy to its line).
+ */
+export const POLICY_SHARES =
+  'band and fair give every busy VM its weight\'s share of device time; credit and weighted only among VMs that ' +
+  'keep work queued (a VM that waits for each job gets one per neighbour\'s job); fifo promises no share';
+
 export function isPolicyName(name: string): name is PolicyName {
   return Object.hasOwn(factories, name);
 }

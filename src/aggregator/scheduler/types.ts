@@ -35,7 +35,7 @@ export interface VmCommonState {
   weight: number;
   /** Doorbells enqueued and not yet picked. */
   pending: number;
-  /** Total device ns charged (from engine completions). */
+  /** Total device ns charged: per submission, the engine's device ns or, if longer, dispatch to completion. */
   deviceNs: number;
   /** Submissions completed. */
   completed: number;
