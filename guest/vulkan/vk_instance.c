@@ -375,33 +375,58 @@ static int fill_features(const struct vkv_pdev *pd, VkBaseOutStructure *s)
 	}
 }
 
-/* Byte size of the feature structs fill_features knows (for vkCreateDevice's comparison). */
+/* Bytes up to the end of the last VkBool32 of the feature structs fill_features knows (not sizeof:
+ * the tail padding of a struct with an odd number of booleans is not the application's to set). */
+#define BOOL_END(T, m) (offsetof(T, m) + sizeof(VkBool32))
 static size_t features_size(VkStructureType t)
 {
 	switch (t) {
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2: return sizeof(VkPhysicalDeviceFeatures2);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES: return sizeof(VkPhysicalDeviceVulkan11Features);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES: return sizeof(VkPhysicalDeviceVulkan12Features);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES: return sizeof(VkPhysicalDevice16BitStorageFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES: return sizeof(VkPhysicalDevice8BitStorageFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES: return sizeof(VkPhysicalDeviceShaderFloat16Int8Features);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_INT64_FEATURES: return sizeof(VkPhysicalDeviceShaderAtomicInt64Features);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES: return sizeof(VkPhysicalDeviceTimelineSemaphoreFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_HOST_QUERY_RESET_FEATURES: return sizeof(VkPhysicalDeviceHostQueryResetFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES: return sizeof(VkPhysicalDeviceVulkanMemoryModelFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MULTIVIEW_FEATURES: return sizeof(VkPhysicalDeviceMultiviewFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VARIABLE_POINTERS_FEATURES: return sizeof(VkPhysicalDeviceVariablePointersFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROTECTED_MEMORY_FEATURES: return sizeof(VkPhysicalDeviceProtectedMemoryFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SAMPLER_YCBCR_CONVERSION_FEATURES: return sizeof(VkPhysicalDeviceSamplerYcbcrConversionFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_DRAW_PARAMETERS_FEATURES: return sizeof(VkPhysicalDeviceShaderDrawParametersFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES: return sizeof(VkPhysicalDeviceDescriptorIndexingFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SCALAR_BLOCK_LAYOUT_FEATURES: return sizeof(VkPhysicalDeviceScalarBlockLayoutFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_IMAGELESS_FRAMEBUFFER_FEATURES: return sizeof(VkPhysicalDeviceImagelessFramebufferFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_UNIFORM_BUFFER_STANDARD_LAYOUT_FEATURES: return sizeof(VkPhysicalDeviceUniformBufferStandardLayoutFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SUBGROUP_EXTENDED_TYPES_FEATURES: return sizeof(VkPhysicalDeviceShaderSubgroupExtendedTypesFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SEPARATE_DEPTH_STENCIL_LAYOUTS_FEATURES: return sizeof(VkPhysicalDeviceSeparateDepthStencilLayoutsFeatures);
-	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES: return sizeof(VkPhysicalDeviceBufferDeviceAddressFeatures);
-	default: return 0;
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2:
+		return offsetof(VkPhysicalDeviceFeatures2, features) + sizeof(VkPhysicalDeviceFeatures);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES:
+		return BOOL_END(VkPhysicalDeviceVulkan11Features, shaderDrawParameters);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES:
+		return BOOL_END(VkPhysicalDeviceVulkan12Features, subgroupBroadcastDynamicId);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES:
+		return BOOL_END(VkPhysicalDevice16BitStorageFeatures, storageInputOutput16);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES:
+		return BOOL_END(VkPhysicalDevice8BitStorageFeatures, storagePushConstant8);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES:
+		return BOOL_END(VkPhysicalDeviceShaderFloat16Int8Features, shaderInt8);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_INT64_FEATURES:
+		return BOOL_END(VkPhysicalDeviceShaderAtomicInt64Features, shaderSharedInt64Atomics);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES:
+		return BOOL_END(VkPhysicalDeviceTimelineSemaphoreFeatures, timelineSemaphore);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_HOST_QUERY_RESET_FEATURES:
+		return BOOL_END(VkPhysicalDeviceHostQueryResetFeatures, hostQueryReset);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES:
+		return BOOL_END(VkPhysicalDeviceVulkanMemoryModelFeatures, vulkanMemoryModelAvailabilityVisibilityChains);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MULTIVIEW_FEATURES:
+		return BOOL_END(VkPhysicalDeviceMultiviewFeatures, multiviewTessellationShader);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VARIABLE_POINTERS_FEATURES:
+		return BOOL_END(VkPhysicalDeviceVariablePointersFeatures, variablePointers);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROTECTED_MEMORY_FEATURES:
+		return BOOL_END(VkPhysicalDeviceProtectedMemoryFeatures, protectedMemory);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SAMPLER_YCBCR_CONVERSION_FEATURES:
+		return BOOL_END(VkPhysicalDeviceSamplerYcbcrConversionFeatures, samplerYcbcrConversion);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_DRAW_PARAMETERS_FEATURES:
+		return BOOL_END(VkPhysicalDeviceShaderDrawParametersFeatures, shaderDrawParameters);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES:
+		return BOOL_END(VkPhysicalDeviceDescriptorIndexingFeatures, runtimeDescriptorArray);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SCALAR_BLOCK_LAYOUT_FEATURES:
+		return BOOL_END(VkPhysicalDeviceScalarBlockLayoutFeatures, scalarBlockLayout);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_IMAGELESS_FRAMEBUFFER_FEATURES:
+		return BOOL_END(VkPhysicalDeviceImagelessFramebufferFeatures, imagelessFramebuffer);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_UNIFORM_BUFFER_STANDARD_LAYOUT_FEATURES:
+		return BOOL_END(VkPhysicalDeviceUniformBufferStandardLayoutFeatures, uniformBufferStandardLayout);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SUBGROUP_EXTENDED_TYPES_FEATURES:
+		return BOOL_END(VkPhysicalDeviceShaderSubgroupExtendedTypesFeatures, shaderSubgroupExtendedTypes);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SEPARATE_DEPTH_STENCIL_LAYOUTS_FEATURES:
+		return BOOL_END(VkPhysicalDeviceSeparateDepthStencilLayoutsFeatures, separateDepthStencilLayouts);
+	case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES:
+		return BOOL_END(VkPhysicalDeviceBufferDeviceAddressFeatures, bufferDeviceAddressMultiDevice);
+	default:
+		return 0;
 	}
 }
 
@@ -443,8 +468,11 @@ static VkResult check_features(const struct vkv_pdev *pd, const VkDeviceCreateIn
 
 		features10(pd, &sup);
 		for (i = 0; i < sizeof(sup) / sizeof(VkBool32); i++)
-			if (a[i] && !b[i])
+			if (a[i] && !b[i]) {
+				if (vkv_debug())
+					vkv_log("vkCreateDevice: VkPhysicalDeviceFeatures member %zu is not supported", i);
 				return VK_ERROR_FEATURE_NOT_PRESENT;
+			}
 	}
 	for (s = ci->pNext; s; s = s->pNext) {
 		size_t sz = features_size(s->sType);
@@ -459,8 +487,11 @@ static VkResult check_features(const struct vkv_pdev *pd, const VkDeviceCreateIn
 		a = (const VkBool32 *)((const uint8_t *)s + sizeof(VkBaseOutStructure));
 		b = (const VkBool32 *)(buf + sizeof(VkBaseOutStructure));
 		for (i = 0; i < (sz - sizeof(VkBaseOutStructure)) / sizeof(VkBool32); i++)
-			if (a[i] && !b[i])
+			if (a[i] && !b[i]) {
+				if (vkv_debug())
+					vkv_log("vkCreateDevice: member %zu of feature struct %d is not supported", i, s->sType);
 				return VK_ERROR_FEATURE_NOT_PRESENT;
+			}
 	}
 	return VK_SUCCESS;
 }
@@ -552,7 +583,12 @@ static void properties12(const struct vkv_pdev *pd, VkPhysicalDeviceVulkan12Prop
 		 pd->info.backend);
 	p->denormBehaviorIndependence = VK_SHADER_FLOAT_CONTROLS_INDEPENDENCE_NONE;
 	p->roundingModeIndependence = VK_SHADER_FLOAT_CONTROLS_INDEPENDENCE_NONE;
-	p->maxUpdateAfterBindDescriptorsInAllPools = 0;
+	/* no update-after-bind (descriptorIndexing is off), but the validation layer checks every
+	 * layout against these limits: the plain ones are the truthful answer */
+	p->maxUpdateAfterBindDescriptorsInAllPools = pd->lim.max_bindings;
+	p->maxPerStageDescriptorUpdateAfterBindStorageBuffers = pd->lim.max_bindings;
+	p->maxPerStageUpdateAfterBindResources = pd->lim.max_bindings;
+	p->maxDescriptorSetUpdateAfterBindStorageBuffers = pd->lim.max_bindings;
 	p->supportedDepthResolveModes = 0;
 	p->maxTimelineSemaphoreValueDifference = UINT64_MAX;
 	p->framebufferIntegerColorSampleCounts = 0;
@@ -621,6 +657,17 @@ static void properties_chain(const struct vkv_pdev *pd, VkBaseOutStructure *s)
 			p->roundingModeIndependence = p12.roundingModeIndependence;
 			memset(&p->shaderSignedZeroInfNanPreserveFloat16, 0,
 			       sizeof(*p) - offsetof(VkPhysicalDeviceFloatControlsProperties, shaderSignedZeroInfNanPreserveFloat16));
+			break;
+		}
+		case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_PROPERTIES: {
+			VkPhysicalDeviceDescriptorIndexingProperties *p = (void *)s;
+
+			memset(&p->maxUpdateAfterBindDescriptorsInAllPools, 0,
+			       sizeof(*p) - offsetof(VkPhysicalDeviceDescriptorIndexingProperties, maxUpdateAfterBindDescriptorsInAllPools));
+			p->maxUpdateAfterBindDescriptorsInAllPools = p12.maxUpdateAfterBindDescriptorsInAllPools;
+			p->maxPerStageDescriptorUpdateAfterBindStorageBuffers = p12.maxPerStageDescriptorUpdateAfterBindStorageBuffers;
+			p->maxPerStageUpdateAfterBindResources = p12.maxPerStageUpdateAfterBindResources;
+			p->maxDescriptorSetUpdateAfterBindStorageBuffers = p12.maxDescriptorSetUpdateAfterBindStorageBuffers;
 			break;
 		}
 		case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_PROPERTIES:
@@ -834,11 +881,8 @@ VkResult vkv_CreateDevice(VkPhysicalDevice physdev, const VkDeviceCreateInfo *ci
 		}
 	}
 	res = check_features(pd, ci);
-	if (res) {
-		if (getenv("VUGPU_VK_DEBUG"))
-			vkv_log("vkCreateDevice: a requested feature is not supported");
+	if (res)
 		return res;
-	}
 	for (i = 0; i < ci->queueCreateInfoCount; i++)
 		if (ci->pQueueCreateInfos[i].queueFamilyIndex != 0 || ci->pQueueCreateInfos[i].queueCount > 1)
 			return VK_ERROR_INITIALIZATION_FAILED;
