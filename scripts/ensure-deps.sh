@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need_pkgs=()
-for p in libopenblas-dev debootstrap g++ make python3 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-headers squashfs-tools; do
+for p in libopenblas-dev debootstrap g++ make python3 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-headers squashfs-tools vulkan-tools vulkan-validationlayers; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
