@@ -24,11 +24,13 @@ export interface KernelJob {
   windows: bigint[];         // base address of each buffer window, in the kernel's argument order
   lengths: number[];         // byte length of each window (kernels never touch beyond it)
   params: Uint8Array;        // kernel parameters (copied at submit)
+  way?: number;              // whose queue and pool threads run it (the VM; default 0)
 }
 
 export interface CopyJob {
   src: Extent[];             // scatter-gather source (sum of lengths = dst sum)
   dst: Extent[];
+  way?: number;              // whose queue and pool threads run it (the VM; default 0)
 }
 
 export interface JobCompletion {
@@ -81,6 +83,7 @@ export interface VulkanDeviceInfo {
    * device's JIT (lavapipe) stays off the shared queue (native/src/vulkan/program.cc). */
   warmUp: boolean;
   transferQueues: number;     // dedicated copy queues (0: copies on the compute queue)
+  computeQueues: number;      // compute queues, one per way (VM) onto the device
   maxStorageRange: number;
 }
 
@@ -103,6 +106,7 @@ export interface DispatchJob {
   panelRowBytes?: number[];   // built-ins: bytes of binding i per workgroup row (0 = whole), streamable
   overwrites?: number[];      // built-ins only (else TypeError): bindings the dispatch writes every byte of
   kStream?: KStream;          // built-ins only (else TypeError): a GEMM operand streamed by rows of k
+  way?: number;               // whose way onto the device and pool threads (the VM; default 0)
 }
 
 /** A built-in GEMM's operand read by rows of k (vk.h DispatchInput::KStream): the dispatch sums k

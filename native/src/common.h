@@ -36,8 +36,10 @@ using PoolTask = std::function<int(const std::atomic<bool>& cancel, uint64_t* de
 // Queue a task like submitKernel; returns the job id, or 0 with a JS exception pending when the
 // pool is not running. setupStatus != 0 completes the job with it without running the task.
 // background: the pool's low-priority lane (one thread at nice 19): work for one guest that must
-// not take CPU from the device's other work, i.e. program compiles.
-uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus = 0, bool background = false);
+// not take CPU from the device's other work, i.e. program compiles. way: whose queue and threads
+// run it (pool.cc, "Ways": one per VM, so one VM's endless job never holds another's thread).
+uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus = 0, bool background = false,
+                     uint32_t way = 0);
 
 // ---- errors ----
 void ThrowTypeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

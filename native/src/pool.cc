@@ -2,6 +2,12 @@
 // Completions go to a done list and wake the JS thread through one uv_async_t, whose callback
 // hands them to onComplete in batches. One pool per process.
 //
+// Ways: every job names a way (the engine passes the channel's owner, i.e. the VM), and each way
+// has its own queue and its own threads, started at its first job. A job that never ends (a
+// guest's endless program waiting on its fence, a huge kernel until the watchdog) holds only its
+// own way's threads: another VM's jobs never wait for a thread behind it, and on a CPU host the
+// kernel's scheduler shares the cores between the VMs' threads.
+//
 // Threads: submit*/cancelJob/poolStart/poolStop and the async callback run on the JS thread;
 // pool threads only see Job objects (shared_ptr) and the done list.
 #include <sys/resource.h>
@@ -33,9 +39,12 @@ namespace {
 constexpr size_t kMaxBuffers = 64;
 constexpr size_t kMaxParams = 64 * 1024;
 constexpr size_t kMaxExtents = 1 << 20;
+// Ways beyond this share threads (way % kMaxWays): VMs are far fewer.
+constexpr uint32_t kMaxWays = 64;
 
 struct Job {
   uint32_t id = 0;
+  uint32_t way = 0;  // whose queue and threads run it (Pool::ways)
   bool isCopy = false;
   int setupStatus = 0;  // nonzero: complete with it without running
   std::atomic<bool> cancel{false};
@@ -60,21 +69,27 @@ struct Completion {
   bool task = false;
 };
 
-struct Pool {
-  std::mutex mu;  // queue, active, stopping
-  std::condition_variable cv;
+// One way's queue and threads (queue and polling under Pool::mu).
+struct Way {
   std::deque<std::shared_ptr<Job>> queue;
+  std::condition_variable cv;
+  // Polling for the next job (see Worker): queue's length for the polling thread to read
+  // without the lock, and whether a thread polls now (at most one per way does).
+  std::atomic<uint32_t> queued{0};
+  bool polling = false;
+  bool background = false;
+};
+
+struct Pool {
+  std::mutex mu;  // ways' queues, active, stopping, threads
+  std::unique_ptr<Way> ways[kMaxWays];
+  int threadsPerWay = 1;
   // Background lane: work done for one guest that must never delay the device for others
   // (program compiles). One thread at the lowest CPU priority, so on a host without a GPU
   // a guest flooding the device with new modules spends idle CPU, not its co-tenants'.
-  std::deque<std::shared_ptr<Job>> background;
-  std::condition_variable backgroundCv;
+  Way background;
   std::unordered_map<uint32_t, std::shared_ptr<Job>> active;  // queued or running
   bool stopping = false;
-  // Polling for the next job (see Worker): queue's length for the polling thread to read
-  // without the lock, and whether a thread polls now (under mu; at most one does).
-  std::atomic<uint32_t> queued{0};
-  bool polling = false;
   std::vector<std::thread> threads;
 
   std::mutex doneMu;
@@ -125,25 +140,26 @@ inline void CpuRelax() {
 // After a device task: poll (up to g_pollUs) for the next job while no other thread does, so
 // Enqueue need not wake a sleeping one. Returns with the job, if any, still queued: the caller's
 // cv.wait takes it without sleeping.
-void PollForNext(Pool* pool) {
+void PollForNext(Pool* pool, Way* way) {
   const uint32_t us = g_pollUs.load(std::memory_order_relaxed);
   if (us == 0) return;
   {
     std::lock_guard<std::mutex> lk(pool->mu);
-    if (pool->polling || pool->stopping) return;
-    pool->polling = true;
+    if (way->polling || pool->stopping) return;
+    way->polling = true;
   }
   const uint64_t until = NowNs() + uint64_t(us) * 1000;
   bool got = false;
-  while (!(got = pool->queued.load(std::memory_order_acquire) > 0) && NowNs() < until) CpuRelax();
+  while (!(got = way->queued.load(std::memory_order_acquire) > 0) && NowNs() < until) CpuRelax();
   (got ? g_pollHits : g_pollMisses).fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lk(pool->mu);
-  pool->polling = false;  // from here Enqueue wakes a thread again
+  way->polling = false;  // from here Enqueue wakes a thread again
 }
 
-void Worker(Pool* pool, bool background) {
-  auto& queue = background ? pool->background : pool->queue;
-  auto& cv = background ? pool->backgroundCv : pool->cv;
+void Worker(Pool* pool, Way* way) {
+  const bool background = way->background;
+  auto& queue = way->queue;
+  auto& cv = way->cv;
   // nice 19 for this thread only (Linux: per-thread nice through the tid); unprivileged.
   if (background) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
   for (;;) {
@@ -154,7 +170,7 @@ void Worker(Pool* pool, bool background) {
       if (queue.empty()) return;  // stopping and drained
       job = std::move(queue.front());
       queue.pop_front();
-      if (!background) pool->queued.fetch_sub(1, std::memory_order_relaxed);
+      way->queued.fetch_sub(1, std::memory_order_relaxed);
     }
     const bool deviceTask = static_cast<bool>(job->task);
     PhaseSums& ph = g_phases[deviceTask ? 1 : 0];
@@ -184,7 +200,7 @@ void Worker(Pool* pool, bool background) {
       pool->done.push_back(c);
     }
     uv_async_send(&pool->async);
-    if (!background && deviceTask) PollForNext(pool);
+    if (!background && deviceTask) PollForNext(pool, way);
   }
 }
 
@@ -233,9 +249,10 @@ void StopThreads(Pool* pool) {
     std::lock_guard<std::mutex> lk(pool->mu);
     pool->stopping = true;
     for (auto& [id, job] : pool->active) job->cancel.store(true, std::memory_order_relaxed);
+    for (auto& w : pool->ways)
+      if (w) w->cv.notify_all();
+    pool->background.cv.notify_all();
   }
-  pool->cv.notify_all();
-  pool->backgroundCv.notify_all();
   for (std::thread& t : pool->threads) t.join();
   pool->threads.clear();
 }
@@ -290,8 +307,9 @@ Napi::Value PoolStart(const Napi::CallbackInfo& info) {
   pool->onComplete = Napi::Persistent(cb);
   napi_async_init(env, nullptr, Napi::String::New(env, "vugpu.pool"), &pool->actx);
   napi_add_async_cleanup_hook(env, OnEnvCleanup, pool, &pool->cleanup);
-  for (int64_t i = 0; i < threads; i++) pool->threads.emplace_back(Worker, pool, false);
-  pool->threads.emplace_back(Worker, pool, true);
+  pool->threadsPerWay = int(threads);
+  pool->background.background = true;
+  pool->threads.emplace_back(Worker, pool, &pool->background);  // the ways' threads: at their first job
   g_pool = pool;
   return env.Undefined();
 }
@@ -361,9 +379,10 @@ Pool* RunningPool(Napi::Env env, const char* fn) {
   return g_pool;
 }
 
-uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job, bool background = false) {
+uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job, uint32_t wayIndex, bool background = false) {
   uint32_t id;
   bool wake;
+  Way* way;
   {
     std::lock_guard<std::mutex> lk(pool->mu);
     do id = g_nextJob++;
@@ -371,15 +390,35 @@ uint32_t Enqueue(Pool* pool, std::shared_ptr<Job> job, bool background = false) 
     job->id = id;
     job->queuedNs = NowNs();
     pool->active[id] = job;
-    auto& q = background ? pool->background : pool->queue;
+    if (background) {
+      way = &pool->background;
+    } else {
+      std::unique_ptr<Way>& w = pool->ways[wayIndex % kMaxWays];
+      if (!w) {
+        // A way's threads start with its first job (they wait for mu, held here).
+        w = std::make_unique<Way>();
+        for (int i = 0; i < pool->threadsPerWay; i++) pool->threads.emplace_back(Worker, pool, w.get());
+      }
+      way = w.get();
+    }
+    auto& q = way->queue;
     // A polling thread takes the first job queued while it polls: no wake for that one.
-    wake = background || !pool->polling || !q.empty();
+    wake = background || !way->polling || !q.empty();
     q.push_back(std::move(job));
-    if (!background) pool->queued.fetch_add(1, std::memory_order_release);
+    way->queued.fetch_add(1, std::memory_order_release);
   }
-  if (wake) (background ? pool->backgroundCv : pool->cv).notify_one();
+  if (wake) way->cv.notify_one();
   if (pool->inflight++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(&pool->async));
   return id;
+}
+
+// job.way: optional, a nonnegative integer (default 0).
+bool ReadWay(Napi::Env env, Napi::Object o, uint32_t* way) {
+  Napi::Value v = o.Get("way");
+  int64_t w = 0;
+  if (!v.IsUndefined() && !ValueInt(env, v, "job.way", 0, UINT32_MAX, &w)) return false;
+  *way = uint32_t(w);
+  return true;
 }
 
 // Reads {kernel, windows, lengths, params} into job. Throws and returns false on bad input.
@@ -389,6 +428,7 @@ bool ReadKernelJob(Napi::Env env, Napi::Value v, Job* job) {
     return false;
   }
   Napi::Object o = v.As<Napi::Object>();
+  if (!ReadWay(env, o, &job->way)) return false;
   int64_t kernel;
   if (!ValueInt(env, o.Get("kernel"), "job.kernel", 0, UINT32_MAX, &kernel)) return false;
   job->kernel = uint32_t(kernel);
@@ -474,7 +514,8 @@ Napi::Value SubmitKernel(const Napi::CallbackInfo& info) {
   if (!ReadKernelJob(env, info[0], job.get())) return env.Undefined();
   Pool* pool = RunningPool(env, "submitKernel");
   if (!pool) return env.Undefined();
-  return Napi::Number::New(env, Enqueue(pool, std::move(job)));
+  const uint32_t way = job->way;
+  return Napi::Number::New(env, Enqueue(pool, std::move(job), way));
 }
 
 // Setup failures that depend on the fds (bad fd, range past the end of file, read-only
@@ -488,7 +529,8 @@ Napi::Value SubmitCopy(const Napi::CallbackInfo& info) {
   Napi::Object o = info[0].As<Napi::Object>();
   std::vector<ExtentSpec> src, dst;
   uint64_t sbytes, dbytes;
-  if (!ReadExtents(env, o.Get("src"), "job.src", &src, &sbytes) ||
+  uint32_t way;
+  if (!ReadWay(env, o, &way) || !ReadExtents(env, o.Get("src"), "job.src", &src, &sbytes) ||
       !ReadExtents(env, o.Get("dst"), "job.dst", &dst, &dbytes))
     return env.Undefined();
   if (sbytes != dbytes) {
@@ -502,7 +544,7 @@ Napi::Value SubmitCopy(const Napi::CallbackInfo& info) {
   job->isCopy = true;
   job->setupStatus = PlanCopy(src, dst, &job->copy);
   if (job->setupStatus != 0) job->copy = CopyPlan();
-  return Napi::Number::New(env, Enqueue(pool, std::move(job)));
+  return Napi::Number::New(env, Enqueue(pool, std::move(job), way));
 }
 
 Napi::Value CancelJob(const Napi::CallbackInfo& info) {
@@ -566,13 +608,14 @@ Napi::Value HaveOpenBlas(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus, bool background) {
+uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus, bool background, uint32_t way) {
   Pool* pool = RunningPool(env, fn);
   if (!pool) return 0;
   auto job = std::make_shared<Job>();
   job->task = std::move(task);
   job->setupStatus = setupStatus;
-  return Enqueue(pool, std::move(job), background);
+  job->way = way;
+  return Enqueue(pool, std::move(job), way, background);
 }
 
 void RegisterPool(Napi::Env env, Napi::Object exports) {

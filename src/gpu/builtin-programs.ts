@@ -103,7 +103,7 @@ export function runPlan(r: PlanRun, watchdogMs: number, done: (res: JobResult) =
     }
     const d = plan.dispatches[index]!;
     repeats++;
-    const job = { slot: r.program.slot, windows: r.windows, lengths: r.lengths, params: d.push, grid: d.grid, builtin: true, panelRowBytes: d.panelRowBytes, overwrites: d.overwrites, kStream: d.kStream };
+    const job = { slot: r.program.slot, windows: r.windows, lengths: r.lengths, params: d.push, grid: d.grid, builtin: true, panelRowBytes: d.panelRowBytes, overwrites: d.overwrites, kStream: d.kStream, way: ch.owner };
     const id = r.backend.dispatch(job, watchdogMs > 0 ? Math.max(1, Math.ceil(leftMs)) : 0, (res) => {
       deviceNs += res.deviceNs;
       if (res.status !== 0 || res.timedOut) return finish(res);

@@ -85,7 +85,7 @@ function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   if (cp.builtinsOnPrograms) return launchBuiltinProgram(cp, ch, flags, post, params, write);
   const mapped = mapBuffers(cp, ch, info.buffers, write);
   if (!mapped) return STOP;
-  const job = { kernel: k.kernel, windows: mapped.windows, lengths: mapped.lengths, params };
+  const job = { kernel: k.kernel, windows: mapped.windows, lengths: mapped.lengths, params, way: ch.owner };
   return cp.startJob(ch, (wd, done) => jobPool.submitKernel(job, wd, done), post, mapped.unmap);
 }
 
@@ -211,7 +211,7 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   const mapped = mapBuffers(cp, ch, k.bufferCount, (i) => (k.buffers[4 * i + 3]! & BUFFER_READ_ONLY) === 0);
   if (!mapped) return STOP;
   const push = params.length > entryInfo.pushBytes ? params.slice(0, entryInfo.pushBytes) : params.slice();
-  const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number] };
+  const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number], way: ch.owner };
   prog.users++;
   return cp.startJob(ch, (wd, done) => cache.backend.dispatch(job, wd, done), post, () => {
     mapped.unmap();

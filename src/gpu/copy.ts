@@ -43,5 +43,5 @@ function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   if (!src) return STOP;
   const dst = cp.translate(ch, c.outHi * TWO32 + c.outLo, c.length, true, UNIT.COPY);
   if (!dst) return STOP;
-  return cp.startJob(ch, (wd, done) => jobPool.submitCopy({ src, dst }, wd, done), post, () => {});
+  return cp.startJob(ch, (wd, done) => jobPool.submitCopy({ src, dst, way: ch.owner }, wd, done), post, () => {});
 }

@@ -66,7 +66,9 @@ function onComplete(batch: JobCompletion[]): void {
     if (!p) continue;
     pending.delete(c.job);
     if (p.timer) clearTimeout(p.timer);
-    p.done({ status: c.status, deviceNs: c.deviceNs, timedOut: p.timedOut });
+    // The watchdog stops a job that overran; one that completed anyway (its cancel came too late
+    // to matter) kept its results and is not failed for it.
+    p.done({ status: c.status, deviceNs: c.deviceNs, timedOut: p.timedOut && c.status !== 0 });
   }
   if (pending.size > 0) pollFromNow(); // the next job of the batch runs now
   if (users === 0 && pending.size === 0) setImmediate(maybeStop);
@@ -87,7 +89,8 @@ function poolPollUs(): number {
   return env && Number.isInteger(v) && v >= 0 && v <= 10_000 ? v : Math.min(pollUs, 10_000);
 }
 
-/** Threads for the shared pool (VUGPU_POOL_THREADS, default 2). */
+/** Threads per way of the pool (VUGPU_POOL_THREADS, default 2): each VM's jobs run on threads of
+ * their own (native/src/pool.cc, "Ways"), so one VM's job that never ends holds none of another's. */
 function poolThreads(): number {
   const n = Number(process.env.VUGPU_POOL_THREADS ?? 2);
   return Number.isInteger(n) && n >= 1 && n <= 8 ? n : 2;

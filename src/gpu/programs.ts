@@ -67,6 +67,9 @@ export interface DispatchJob {
   overwrites?: number[];
   /** Built-ins only: a GEMM operand the device-memory path may stream by rows of k. */
   kStream?: KStream;
+  /** Whose way onto the device it takes: the channel's owner (the VM), so one VM's launch that
+   * never ends holds neither another's pool thread nor its queue (pool.cc, vk.h WayQueue). */
+  way?: number;
 }
 
 /** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */

@@ -499,11 +499,25 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
       }
     }
   }
-  float prio[2] = {1.0f, 1.0f};
+  // One compute queue per way (Context::wayQs) where the family has several: a dispatch that
+  // never ends then blocks only its own queue. VUGPU_VK_COMPUTE_QUEUES=n caps them (A/B
+  // measurement; 1 = every VM on one queue).
+  uint32_t nComp = 1;
+  {
+    uint32_t n = 0;
+    ifn.vkGetPhysicalDeviceQueueFamilyProperties(chosen, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> q(n);
+    ifn.vkGetPhysicalDeviceQueueFamilyProperties(chosen, &n, q.data());
+    const char* env = getenv("VUGPU_VK_COMPUTE_QUEUES");
+    const uint32_t cap = env && atoi(env) > 0 ? uint32_t(atoi(env)) : Context::kMaxWayQueues;
+    nComp = std::max<uint32_t>(1, std::min({q[size_t(fam)].queueCount, cap, Context::kMaxWayQueues}));
+  }
+  float prio[Context::kMaxWayQueues];
+  std::fill(prio, prio + Context::kMaxWayQueues, 1.0f);
   VkDeviceQueueCreateInfo qcis[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
                                      {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
   qcis[0].queueFamilyIndex = uint32_t(fam);
-  qcis[0].queueCount = 1;
+  qcis[0].queueCount = nComp;
   qcis[0].pQueuePriorities = prio;
   qcis[1].queueFamilyIndex = uint32_t(xfam);
   qcis[1].queueCount = xcount;
@@ -538,6 +552,13 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
         reinterpret_cast<PFN_vkGetDeviceFaultInfoEXT>(ifn.vkGetDeviceProcAddr(ctx->device, "vkGetDeviceFaultInfoEXT"));
   ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(fam), 0, &ctx->queue);
   ctx->compQ = {ctx->queue, &ctx->queueMu};
+  ctx->wayQs.push_back(ctx->compQ);
+  for (uint32_t i = 1; i < nComp; i++) {
+    VkQueue q = VK_NULL_HANDLE;
+    ctx->fn.vkGetDeviceQueue(ctx->device, uint32_t(fam), i, &q);
+    ctx->wayQs.push_back({q, &ctx->wayMu[i]});
+  }
+  di.computeQueues = nComp;
   ctx->upQ = ctx->downQ = ctx->compQ;
   if (xfam >= 0) {
     VkQueue q0 = VK_NULL_HANDLE, q1 = VK_NULL_HANDLE;
@@ -688,7 +709,73 @@ void SetCurrentContext(std::shared_ptr<Context> c) {
     old = std::move(*g_cur);
     *g_cur = std::move(c);
   }
+  DropWays();
   // old is released here, outside the lock (its destructor may wait for the device).
+}
+
+namespace {
+// A CPU device's way contexts (WayContext): lavapipe runs a dispatch's workgroups on compute
+// threads that belong to its VkInstance, first come first served, so one way's endless program
+// would hold every later dispatch of every device of that instance; each way therefore gets its
+// own instance and device, and the host's scheduler shares the cores between their threads.
+// Heap-held and never destroyed at exit (as g_cur).
+constexpr uint32_t kCpuWays = 8;
+std::mutex g_waysMu;
+std::vector<std::shared_ptr<Context>>* g_ways = new std::vector<std::shared_ptr<Context>>(kCpuWays);
+uint64_t g_waysFor = 0;  // the serving context's generation they were opened beside
+bool g_waysFailed[kCpuWays] = {};
+
+void RetireWays(std::vector<std::shared_ptr<Context>>* out) {
+  for (auto& w : *g_ways) {
+    if (w) w->retired.store(true);
+    out->push_back(std::move(w));
+    w = nullptr;
+  }
+  std::fill(g_waysFailed, g_waysFailed + kCpuWays, false);
+}
+}  // namespace
+
+void DropWays() {
+  std::vector<std::shared_ptr<Context>> old;
+  {
+    std::lock_guard<std::mutex> lk(g_waysMu);
+    RetireWays(&old);
+    g_waysFor = 0;
+  }
+  // Released outside the lock; programs that built on them let go at their next launch.
+}
+
+std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_t way) {
+  const char* env = getenv("VUGPU_VK_CPU_WAYS");  // 1 = every VM on the one device (A/B measurement)
+  const uint32_t n = env && atoi(env) > 0 ? std::min<uint32_t>(uint32_t(atoi(env)), kCpuWays) : kCpuWays;
+  const uint32_t i = way % n;
+  if (!cur->info.cpuDevice || i == 0) return cur;
+  std::vector<std::shared_ptr<Context>> old;
+  std::lock_guard<std::mutex> lk(g_waysMu);
+  if (g_waysFor != cur->generation) {
+    RetireWays(&old);
+    g_waysFor = cur->generation;
+  }
+  std::shared_ptr<Context>& slot = (*g_ways)[i];
+  if (slot && slot->lost.load()) {
+    slot->retired.store(true);
+    old.push_back(std::move(slot));
+    slot = nullptr;
+  }
+  if (slot) return slot;
+  if (g_waysFailed[i]) return cur;
+  // Opened under the lock: a CPU device opens in well under a second, once per way.
+  std::string err;
+  std::shared_ptr<Context> w = OpenContext(cur->wanted, &err);
+  if (!w || w->info.name != cur->info.name) {
+    fprintf(stderr, "vugpu: no device of its own for way %u beside '%s' (%s): it shares the serving device\n", i,
+            cur->info.name.c_str(), w ? "another device opened" : err.c_str());
+    g_waysFailed[i] = true;
+    if (w) old.push_back(std::move(w));
+    return cur;
+  }
+  slot = w;
+  return w;
 }
 
 namespace {

@@ -79,6 +79,7 @@ Napi::Object InfoObject(Napi::Env env, const vk::DeviceInfo& di) {
   o.Set("memory", di.memoryMode);
   o.Set("warmUp", vk::WarmUpActive(di));
   o.Set("transferQueues", di.transferQueues);
+  o.Set("computeQueues", di.computeQueues);
   o.Set("maxStorageRange", double(di.maxStorageRange));
   return o;
 }
@@ -433,13 +434,20 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
     }
     prog = it->second;
   }
+  // The VM's way onto the device (vk.h WayQueue, WayContext) and through the pool.
+  Napi::Value wayv = o.Get("way");
+  if (!wayv.IsUndefined()) {
+    int64_t way;
+    if (!ValueInt(env, wayv, "job.way", 0, UINT32_MAX, &way)) return env.Undefined();
+    in->way = uint32_t(way);
+  }
   std::shared_ptr<Context> cur = Ctx();
   int setup = prog->ctx && cur ? 0 : -ENODEV;
   in->generation = cur ? cur->generation : 0;
   PoolTask task = [prog, in](const std::atomic<bool>& cancel, uint64_t* ns) {
     return vk::DispatchProgram(*prog, *in, cancel, ns);
   };
-  uint32_t id = EnqueueTask(env, "submitDispatch", std::move(task), setup);
+  uint32_t id = EnqueueTask(env, "submitDispatch", std::move(task), setup, false, in->way);
   if (id == 0) return env.Undefined();
   return Napi::Number::New(env, id);
 }

@@ -47,8 +47,8 @@ constexpr uint64_t kSpinUs = 100;  // polling before the first blocking wait (GP
 // launch that waited for it) to this launch's fence. The device's one queue runs submissions in
 // order, so the time other launches kept it busy is not charged here — what the timestamps
 // measured, to a wake-up's accuracy. Built-in kernels on the CPU are charged their wall time too.
-uint64_t CpuDeviceNs(uint64_t submitNs, uint64_t doneNs) {
-  static std::atomic<uint64_t> lastDone{0};
+// Per device: each way's device (WayContext) has its own queue.
+uint64_t CpuDeviceNs(std::atomic<uint64_t>& lastDone, uint64_t submitNs, uint64_t doneNs) {
   uint64_t prev = lastDone.load(std::memory_order_relaxed);
   while (prev < doneNs && !lastDone.compare_exchange_weak(prev, doneNs, std::memory_order_relaxed)) {
   }
@@ -757,6 +757,37 @@ namespace {
 
 int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns);
 
+// prog built on a CPU device's way context (WayContext), at the way's first launch of it; null
+// when it cannot be (the launch then runs on the serving device). Builds on contexts that were
+// retired or lost are dropped here.
+std::shared_ptr<Program> WayBuild(Program& prog, const std::shared_ptr<Context>& wc) {
+  {
+    std::lock_guard<std::mutex> lk(prog.wayMu);
+    auto& v = prog.wayBuilds;
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [](const std::shared_ptr<Program>& b) { return b->ctx->retired.load() || b->ctx->lost.load(); }),
+            v.end());
+    for (auto& b : v)
+      if (b->ctx == wc) return b;
+  }
+  if (!prog.source) return nullptr;
+  const CompileInput& in = *prog.source;
+  spirv::Prepared pp = spirv::prepare(in.words.data(), in.words.size(), in.entryIndex, in.spec.data(),
+                                      in.spec.size(), in.limits);
+  if (pp.reason != spirv::R_OK || pp.words.empty()) return nullptr;
+  auto b = std::make_shared<Program>();
+  b->ctx = wc;
+  b->entry = pp.entry;
+  b->source = prog.source;
+  if (Build(*b, pp, in) != 0) return nullptr;
+  b->done = true;
+  std::lock_guard<std::mutex> lk(prog.wayMu);
+  for (auto& x : prog.wayBuilds)
+    if (x->ctx == wc) return x;  // another launch of this way built it meanwhile
+  prog.wayBuilds.push_back(b);
+  return b;
+}
+
 }  // namespace
 
 int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bool>& cancel,
@@ -802,6 +833,15 @@ int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bo
     if (in.lengths[b] > maxBytes) return -EINVAL;
     if (in.lengths[b] == 0 ? !di.nullDescriptor : in.windows[b] % di.launch.bufferAlign != 0)
       return -EINVAL;
+  }
+  // A CPU device's way runs on a device of its own (WayContext); a GPU's ways are its queues.
+  std::shared_ptr<Context> wc = WayContext(cur, in.way);
+  if (wc != cur) {
+    std::shared_ptr<Program> wb = WayBuild(prog, wc);
+    if (wb && wb->pipeline) {
+      Run R(*wc, *wb, in);
+      return Dispatch(R, cancel, ns);
+    }
   }
   Run R(c, prog, in);
   return Dispatch(R, cancel, ns);
@@ -865,7 +905,12 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
       PanelRegions(R, g, 0, 1, rowsPer, true, &reg);
     }
     for (auto& x : reg) bytes += x.size;
-    oneCmd = R.ks.slices < 2 && (bytes <= EnvOr("VUGPU_VK_ONE_QUEUE_BYTES", kOneQueueBytes) || di.transferQueues == 0);
+    // A guest's program runs as one command buffer on its way's queue whatever it moves: in the
+    // chain its write-back would wait on the download queue that every VM shares, and a program
+    // that never ends would hold every later write-back there. (One panel overlaps nothing; the
+    // chain's gain is the copy engines' rate for large transfers — built-ins keep it: they end.)
+    oneCmd = R.ks.slices < 2 && (bytes <= EnvOr("VUGPU_VK_ONE_QUEUE_BYTES", kOneQueueBytes) || di.transferQueues == 0 ||
+                                 !R.in.builtin);
   }
   // A launch identical to the lane's last one submits the same command buffers and descriptor
   // sets again (H100: recording and descriptor writes are ~10 of a NOP program's ~45 µs on the
@@ -978,8 +1023,9 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     si.pCommandBuffers = &lane->cmd;
     submitNs = NowNs();
     {
-      std::lock_guard<std::mutex> lk(*c.compQ.mu);
-      r = f.vkQueueSubmit(c.compQ.queue, 1, &si, lane->fence);
+      const QueueRef& q = c.WayQueue(R.in.way);
+      std::lock_guard<std::mutex> lk(*q.mu);
+      r = f.vkQueueSubmit(q.queue, 1, &si, lane->fence);
     }
     if (r == VK_ERROR_DEVICE_LOST) return R.abandoned = true, LostHere(c, "vkQueueSubmit");
     if (r != VK_SUCCESS) return -ENOMEM;
@@ -1127,7 +1173,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
           t.pSignalSemaphoreValues = stage == 0 ? &upVal[i] : &sigComp[i];
         }
       }
-      const QueueRef& q = stage == 0 ? c.upQ : stage == 1 ? c.compQ : c.downQ;
+      const QueueRef& q = stage == 0 ? c.upQ : stage == 1 ? c.WayQueue(R.in.way) : c.downQ;
       std::lock_guard<std::mutex> lk(*q.mu);
       r = f.vkQueueSubmit(q.queue, count, si.data(), stage == 2 ? lane->fence : VK_NULL_HANDLE);
       if (r == VK_SUCCESS) submitted = true;
@@ -1218,7 +1264,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   // Device time charged to the VM: the compute (timestamps); with device memory, the whole
   // submission from upload to write-back, since the copy engines worked for it too.
   if (!haveTs && di.cpuDevice && !staged) {
-    devNs = CpuDeviceNs(submitNs, doneNs);
+    devNs = CpuDeviceNs(c.cpuLastDone, submitNs, doneNs);
     GetImportStats().computeNs += devNs;
   }
   const uint64_t endNs = NowNs();

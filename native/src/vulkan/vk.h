@@ -115,6 +115,7 @@ struct DeviceInfo {
   std::string memoryMode;             // "import" (zero-copy) or "device" (staged)
   uint32_t transferFamily = 0;        // queue family of the upload/download queues
   uint32_t transferQueues = 0;        // distinct transfer queues (0 = copies on the compute queue)
+  uint32_t computeQueues = 1;         // compute queues, one per way (Context::wayQs)
   uint64_t maxStorageRange = 0;       // VkPhysicalDeviceLimits::maxStorageBufferRange
 };
 
@@ -202,6 +203,18 @@ struct Context {
   // memory types, the import cache and the buffer pools (staging.cc).
   QueueRef compQ, upQ, downQ;
   std::mutex xferMu[2];
+  // Ways onto the device (docs/architecture.md, "What bounds a neighbour's stall"): a GPU's
+  // compute family gives each way (VM) its own queue, so a dispatch that never ends holds only
+  // its own queue and the hardware time-slices the others past it. wayQs[0] == compQ.
+  static constexpr uint32_t kMaxWayQueues = 16;
+  std::vector<QueueRef> wayQs;
+  std::mutex wayMu[kMaxWayQueues];
+  const QueueRef& WayQueue(uint32_t way) const { return wayQs[way % wayQs.size()]; }
+  // A CPU device's launch time (program.cc, CpuDeviceNs): the end of its queue's last launch.
+  std::atomic<uint64_t> cpuLastDone{0};
+  // A CPU device's way context left behind by a rebuild or close (WayContext): programs drop
+  // what they built on it at their next launch.
+  std::atomic<bool> retired{false};
   uint32_t devMemType = UINT32_MAX, bounceMemType = UINT32_MAX;
   std::mutex impMu;
   std::vector<HostImport*> imports;  // cached imports (ranges inside engine windows)
@@ -227,6 +240,13 @@ int MarkLost(Context& c, const char* where, bool real = true);
 // The last loss's text (where, and the device's fault report), "" before any.
 std::string LastLoss();
 
+// The context a launch of `way` runs on: `cur` itself on a GPU (its ways are queues, WayQueue);
+// on a CPU device (lavapipe, whose one queue and compute threads belong to one VkInstance) a
+// device of its own per way, opened at the way's first launch (way 0 and ways that could not be
+// opened: cur). Dropped with cur (DropWays: a rebuild or vulkanClose).
+std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_t way);
+void DropWays();
+
 // Opens the device whose name contains `want` (case-insensitive; empty = prefer a GPU over a
 // CPU device, else the first with a compute queue). Null with *err on failure.
 std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err);
@@ -250,6 +270,9 @@ struct Program {
   // (under objMu held exclusively; dispatches hold it shared while they use the objects).
   std::shared_ptr<const struct CompileInput> source;
   std::shared_mutex objMu;
+  // The same program built on way contexts of a CPU device (WayContext), at their first launch.
+  std::mutex wayMu;
+  std::vector<std::shared_ptr<Program>> wayBuilds;
   ~Program();
   void DestroyObjects();
 };
@@ -294,6 +317,8 @@ struct DispatchInput {
   // The context generation the job was queued under: a job queued before a device loss fails
   // (-ENODEV) instead of running on the rebuilt device.
   uint64_t generation = 0;
+  // Whose way onto the device it takes (the VM: WayQueue, WayContext).
+  uint32_t way = 0;
 };
 // Pool thread: runs one launch. Returns 0, -EINVAL, -ECANCELED, -ELOOP, -ENODEV or -ENOMEM;
 // *ns = device time from timestamps (wall time without them).

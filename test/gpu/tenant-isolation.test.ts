@@ -1,0 +1,136 @@
+// A tenant's hang is that tenant's alone (issue 34): two VMs (channels of two owners, as the
+// aggregator sets them) on one engine whose built-ins and programs run on the Vulkan device
+// (`--engine vulkan`; lavapipe here). VM a launches a program whose loop never ends — a
+// `for(;;)` with `continue` and an atomicAdd on a binding, 256 workgroups — and VM b launches
+// built-ins back to back the whole time, checking each result. The watchdog must stop a's launch
+// (WATCHDOG on a's channel) and nothing of b's: every launch of b succeeds, is correct, and none
+// waits anywhere near the watchdog period behind a's.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { native } from '../../src/native.ts';
+import { Engine } from '../../src/gpu/engine.ts';
+import { GpuError, HostDriver } from '../support/host-driver/driver.ts';
+import { VulkanBackend } from '../../src/gpu/vulkan.ts';
+import { CHAN_ERR } from '../../src/gpu/spec.ts';
+import { K } from '../../src/gpu/kernels.ts';
+import { params } from './helpers.ts';
+
+const haveBackend = typeof (native as { vulkanOpen?: unknown }).vulkanOpen === 'function';
+let haveGlslang = true;
+try {
+  execFileSync('glslangValidator', ['--version'], { stdio: 'ignore' });
+} catch {
+  haveGlslang = false;
+}
+
+function glsl(src: string): Uint8Array {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
+  try {
+    writeFileSync(path.join(dir, 's.comp'), src);
+    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
+    return new Uint8Array(readFileSync(path.join(dir, 's.spv')));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// The attacker's shape from issue 34.
+const ENDLESS = `#version 450
+  layout(local_size_x = 64) in;
+  layout(set = 0, binding = 0) buffer B { uint n[]; };
+  void main() {
+    uint i = 0u;
+    for (;;) {
+      atomicAdd(n[0], 1u);
+      i++;
+      if ((i & 1u) == 0u) continue;
+    }
+  }`;
+
+// The watchdog period: long enough that a neighbour stuck behind the attacker shows as a stall of
+// about this length, short enough for a test. The neighbour's bound is a fraction of it that a
+// loaded 2-core host meets while the attacker's program spins on every core it is given.
+const WATCHDOG_MS = 3000;
+const NEIGHBOUR_BOUND_MS = 1000;
+
+describe.skipIf(!haveBackend || !haveGlslang)('an endless program of one VM beside another VM (Vulkan engine)', () => {
+  let engine: Engine;
+  let drv: HostDriver;
+  beforeAll(() => {
+    execFileSync('bash', [path.join(new URL('../../', import.meta.url).pathname, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
+    const programs = VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined);
+    engine = new Engine({ vramSize: 64 << 20, channels: 8, programs, builtinsOnPrograms: true, watchdogMs: WATCHDOG_MS });
+    drv = new HostDriver(engine);
+  });
+  afterAll(() => {
+    drv?.close();
+    engine?.close();
+  });
+
+  it("stops only the attacker's launch; the neighbour's launches all succeed, correct and never stuck behind it", async () => {
+    const a = drv.createChannel();
+    const b = drv.createChannel();
+    engine.setChannelOwner(a.chid, 1);
+    engine.setChannelOwner(b.chid, 2);
+    const counter = drv.vramBuffer(a.vm, 4096);
+    const words = 1024;
+    const dst = drv.vramBuffer(b.vm, 4 * words);
+    const dst32 = new Uint32Array(dst.u8.buffer, dst.u8.byteOffset, words);
+    const memset = async (v: number) => {
+      await b.launch(K.MEMSET, [{ va: dst.va, length: 4 * words }], params(['u32', v], ['u32', 0], ['u64', BigInt(words)]));
+      for (let i = 0; i < words; i++) if (dst32[i] !== v) expect({ i, got: dst32[i], want: v }).toBeNull();
+    };
+    // Both VMs' programs compiled and warm before the clock starts.
+    const endless = drv.programBuffer(a.vm, glsl(ENDLESS));
+    await b.launch(K.NOP, []);
+    await memset(1);
+
+    const t0 = performance.now();
+    let aDone = -1;
+    const aResult = a.launchProgram(endless, { grid: [256, 1, 1], buffers: [{ va: counter.va, length: 4096 }] }).then(
+      () => null,
+      (e: unknown) => e,
+    ).finally(() => {
+      aDone = performance.now() - t0;
+    });
+    // Let a's program start spinning (its compile is quick: JIT of a small module).
+    await new Promise((r) => setTimeout(r, 200));
+    const counterBefore = new Uint32Array(counter.u8.buffer, counter.u8.byteOffset, 1)[0]!;
+
+    const times: number[] = [];
+    const failures: string[] = [];
+    let v = 2;
+    // Until a's launch ends and a little after (the neighbour also runs once the attacker is gone).
+    while (aDone < 0 || performance.now() - t0 < aDone + 200) {
+      const s = performance.now();
+      try {
+        if (v % 2) await b.launch(K.NOP, []);
+        else await memset(v);
+      } catch (e) {
+        failures.push(String(e));
+        if (e instanceof GpuError) b.bind();
+      }
+      times.push(performance.now() - s);
+      v++;
+      if (performance.now() - t0 > 4 * WATCHDOG_MS) break;
+    }
+    const err = await aResult;
+    const longest = Math.max(...times);
+    const report = { launches: times.length, longestMs: Math.round(longest), attackerEndedMs: Math.round(aDone), failures: failures.slice(0, 3) };
+    // The attacker's program really ran (its atomicAdd counted) and was stopped by the watchdog.
+    expect(counterBefore, JSON.stringify(report)).toBeGreaterThan(0);
+    expect(err).toBeInstanceOf(GpuError);
+    expect((err as GpuError).code, JSON.stringify(report)).toBe(CHAN_ERR.WATCHDOG);
+    // The cancel word ends it promptly once the watchdog fires (not at the loop limiter's cut).
+    expect(aDone, JSON.stringify(report)).toBeLessThan(WATCHDOG_MS + NEIGHBOUR_BOUND_MS);
+    expect(failures, JSON.stringify(report)).toEqual([]);
+    expect(engine.channel(b.chid)?.error ?? 0).toBe(0);
+    expect(longest, JSON.stringify(report)).toBeLessThan(NEIGHBOUR_BOUND_MS);
+    expect(times.length).toBeGreaterThan(20);
+    console.log('tenant isolation:', JSON.stringify(report));
+  }, 6 * WATCHDOG_MS + 30_000);
+});
