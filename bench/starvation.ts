@@ -34,6 +34,7 @@ const S = 1e9;
 const MS = 1e6;
 
 type Neighbour = 'copy' | 'compute';
+type Role = Neighbour | 'nop';
 interface Options {
   seconds: number;
   warmup: number;
@@ -81,14 +82,16 @@ function client(given: string | undefined): string {
   }
   const out = path.join(repoRoot, 'build/starvation/starvation-client');
   const g = (d: string, fs_: string[]) => fs_.map((f) => path.join(repoRoot, 'guest', d, f));
-  const srcs = [
-    path.join(repoRoot, 'bench/starvation-client.c'),
-    ...g('runtime', ['vg_runtime.c', 'vg_backend_kmod.c', 'vg_backend_host.c', 'vfu_client.c']),
-    ...g('common', ['vg_ralloc.c', 'vg_vm_reg.c', 'vg_vm_pv.c', 'vg_dev.c', 'vg_ctx.c']),
-  ];
+  const main = path.join(repoRoot, 'bench/starvation-client.c');
+  // A checkout has the runtime's sources; the offline bundle has them as twin/sdk/libvugpu.a.
+  const sdk = path.join(repoRoot, 'twin/sdk');
+  const args = fs.existsSync(path.join(repoRoot, 'guest/runtime/vg_runtime.c'))
+    ? [`-I${path.join(repoRoot, 'guest/runtime')}`, `-I${path.join(repoRoot, 'guest/common')}`, '-o', out, main,
+        ...g('runtime', ['vg_runtime.c', 'vg_backend_kmod.c', 'vg_backend_host.c', 'vfu_client.c']),
+        ...g('common', ['vg_ralloc.c', 'vg_vm_reg.c', 'vg_vm_pv.c', 'vg_dev.c', 'vg_ctx.c'])]
+    : [`-I${sdk}`, '-o', out, main, path.join(sdk, 'libvugpu.a')];
   fs.mkdirSync(path.dirname(out), { recursive: true });
-  const r = spawnSync(process.env.CC ?? 'cc', ['-O2', '-std=gnu11', '-Wall', '-Wextra', '-Werror',
-    `-I${path.join(repoRoot, 'guest/runtime')}`, `-I${path.join(repoRoot, 'guest/common')}`, '-o', out, ...srcs, '-lm'], { encoding: 'utf8' });
+  const r = spawnSync(process.env.CC ?? 'cc', ['-O2', '-std=gnu11', '-Wall', '-Wextra', '-Werror', ...args, '-lm'], { encoding: 'utf8' });
   if (r.status !== 0) fail(`building the client failed (give a prebuilt one with --client): ${r.stderr || r.error?.message}`);
   return out;
 }
@@ -144,7 +147,7 @@ function windowTime(spans: Span[], vm: string, t0: number, t1: number): { held: 
 
 interface Run {
   policy: string;
-  neighbour: Neighbour;
+  neighbour: Role;
   /** Per 1 s window: the flood's and the neighbour's share of held device time, and of engine ns. */
   windows: { flood: number; neighbour: number; floodEngine: number; neighbourEngine: number; busy: number }[];
   floodShare: { median: number; min: number };
@@ -160,7 +163,7 @@ interface Run {
   problems: string[];
 }
 
-async function runOne(policy: string | null, neighbour: Neighbour, dir: string, device: { name: string | null }): Promise<Run> {
+async function runOne(policy: string | null, neighbour: Role, dir: string, device: { name: string | null }): Promise<Run> {
   const sock = (vm: string) => path.join(dir, `${policy ?? 'alone'}-${neighbour}-${vm}.sock`);
   const vms = policy === null ? ['n'] : ['f', 'n'];
   const server = new Vugpu({
@@ -173,7 +176,7 @@ async function runOne(policy: string | null, neighbour: Neighbour, dir: string, 
   agg.observer = { submission: (vm, start, end, ns) => { spans.push({ vm, start, end, ns }); } };
   const problems: string[] = [];
   const runMs = (o.warmup + o.seconds + 1) * 1000;
-  const nArgs = neighbour === 'copy' ? ['copy', '--mb', String(o.mb)] : ['loop', '--kernel-ms', String(o.kernelMs)];
+  const nArgs = neighbour === 'copy' ? ['copy', '--mb', String(o.mb)] : neighbour === 'nop' ? ['nop'] : ['loop', '--kernel-ms', String(o.kernelMs)];
   try {
     await server.started();
     const clients: Record<string, Client> = {};
@@ -221,6 +224,10 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-starvation-'));
 const device = { name: null as string | null };
 const runs: Run[] = [];
 try {
+  // The flood alone: how much of the device its own gaps let it hold (its share cannot exceed it).
+  const floodAlone = await runOne(null, 'nop', dir, device);
+  runs.push(floodAlone);
+  process.stderr.write(`[starvation] flood alone: device held ${(floodAlone.busy * 100).toFixed(0)}% of the time\n`);
   for (const neighbour of neighbours) {
     const alone = await runOne(null, neighbour, dir, device);
     runs.push(alone);
@@ -241,7 +248,7 @@ const rows = runs.map((r) => {
   const alone = runs.find((a) => a.policy === 'alone' && a.neighbour === r.neighbour)!;
   const rate = (x: number) => (r.neighbour === 'copy' ? `${x.toFixed(2)} GB/s` : `${x.toFixed(1)} k/s`);
   return r.policy === 'alone'
-    ? [r.policy, r.neighbour, '', '', '', '', (r.busy * 100).toFixed(0) + '%', '', String(r.neighbourOps), rate(r.neighbourRate), '']
+    ? [r.policy, r.neighbour, '', '', '', '', (r.busy * 100).toFixed(0) + '%', '', String(r.neighbourOps), r.neighbour === 'nop' ? '' : rate(r.neighbourRate), '']
     : [r.policy, r.neighbour, r.floodShare.median.toFixed(3), r.floodShare.min.toFixed(3), r.neighbourShare.median.toFixed(3), r.neighbourShare.min.toFixed(3),
       (r.busy * 100).toFixed(0) + '%', r.floodEngineShare.median.toFixed(3), String(r.floodOps), rate(r.neighbourRate),
       alone.neighbourRate > 0 ? `${((r.neighbourRate / alone.neighbourRate) * 100).toFixed(0)}%` : ''];
