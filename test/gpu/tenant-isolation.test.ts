@@ -134,3 +134,70 @@ describe.skipIf(!haveBackend || !haveGlslang)('an endless program of one VM besi
     console.log('tenant isolation:', JSON.stringify(report));
   }, 6 * WATCHDOG_MS + 30_000);
 });
+
+// The CPU engine (built-ins as native kernels on the job pool): VM a keeps two channels busy with
+// kernels that never end by themselves (LOOP of 2^62 passes, until the watchdog) — as many as the
+// pool used to have threads for everyone. VM b's launches run on threads of its own way.
+describe('endless kernels of one VM beside another VM (CPU engine)', () => {
+  let engine: Engine;
+  let drv: HostDriver;
+  beforeAll(() => {
+    engine = new Engine({ vramSize: 64 << 20, channels: 8, watchdogMs: WATCHDOG_MS });
+    drv = new HostDriver(engine);
+  });
+  afterAll(() => {
+    drv?.close();
+    engine?.close();
+  });
+
+  it("the watchdog stops a's kernels; b's launches all succeed, correct and never stuck behind them", async () => {
+    const a1 = drv.createChannel();
+    const a2 = drv.createChannel(a1.vm);
+    const b = drv.createChannel();
+    for (const c of [a1, a2]) engine.setChannelOwner(c.chid, 1);
+    engine.setChannelOwner(b.chid, 2);
+    const words = 1024;
+    const dst = drv.vramBuffer(b.vm, 4 * words);
+    const dst32 = new Uint32Array(dst.u8.buffer, dst.u8.byteOffset, words);
+    const memset = async (v: number) => {
+      await b.launch(K.MEMSET, [{ va: dst.va, length: 4 * words }], params(['u32', v], ['u32', 0], ['u64', BigInt(words)]));
+      for (let i = 0; i < words; i++) if (dst32[i] !== v) expect({ i, got: dst32[i], want: v }).toBeNull();
+    };
+    await memset(1);
+    const outs = [drv.vramBuffer(a1.vm, 64), drv.vramBuffer(a1.vm, 64)];
+    const t0 = performance.now();
+    let aDone = 0;
+    const aResults = [a1, a2].map((c, i) =>
+      c.launch(K.LOOP, [{ va: outs[i]!.va, length: 64 }], params(['u64', 1n << 62n], ['u64', 0n], ['u32', 1])).then(
+        () => null,
+        (e: unknown) => e,
+      ).finally(() => aDone++));
+    await new Promise((r) => setTimeout(r, 100));
+    const times: number[] = [];
+    const failures: string[] = [];
+    let v = 2;
+    let aEnd = -1;
+    while (aEnd < 0 || performance.now() - t0 < aEnd + 200) {
+      const s = performance.now();
+      try {
+        if (v % 2) await b.launch(K.NOP, []);
+        else await memset(v);
+      } catch (e) {
+        failures.push(String(e));
+        if (e instanceof GpuError) b.bind();
+      }
+      times.push(performance.now() - s);
+      v++;
+      if (aEnd < 0 && aDone === 2) aEnd = performance.now() - t0;
+      if (performance.now() - t0 > 4 * WATCHDOG_MS) break;
+    }
+    const errs = await Promise.all(aResults);
+    const longest = Math.max(...times);
+    const report = { launches: times.length, longestMs: Math.round(longest), attackerEndedMs: Math.round(aEnd), failures: failures.slice(0, 3) };
+    for (const e of errs) expect((e as GpuError).code, JSON.stringify(report)).toBe(CHAN_ERR.WATCHDOG);
+    expect(failures, JSON.stringify(report)).toEqual([]);
+    expect(longest, JSON.stringify(report)).toBeLessThan(NEIGHBOUR_BOUND_MS);
+    expect(times.length).toBeGreaterThan(20);
+    console.log('tenant isolation (CPU engine):', JSON.stringify(report));
+  }, 6 * WATCHDOG_MS + 30_000);
+});
