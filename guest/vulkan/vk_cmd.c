@@ -632,6 +632,13 @@ static VkResult exec_dispatch(struct vkv_device *d, const struct vkv_cmd *c)
 	}
 	if (!grid[0] || !grid[1] || !grid[2])
 		return VK_SUCCESS;
+	if (vkv_debug() > 1) {
+		uint32_t i;
+
+		vkv_log("dispatch %ux%ux%u entry %u push %u spec %u", grid[0], grid[1], grid[2], p->entry, p->push_bytes, p->nspec);
+		for (i = 0; i < c->u.disp.nb; i++)
+			vkv_log("  binding %u: VA 0x%llx + %zu", i, (unsigned long long)c->u.disp.b[i].ptr, c->u.disp.b[i].bytes);
+	}
 	r = vgLaunchProgram(d->ctx, p->prog->prog, p->entry, grid, c->u.disp.b, c->u.disp.nb, c->u.disp.push,
 			    p->push_bytes, p->spec, p->nspec, 0);
 	return r ? vkv_result(d, r, "vkCmdDispatch") : VK_SUCCESS;
@@ -652,6 +659,9 @@ static VkResult exec_cmds(struct vkv_device *d, const struct vkv_cmd_buffer *cb,
 			res = exec_dispatch(d, c);
 			break;
 		case CMD_COPY:
+			if (vkv_debug() > 1)
+				vkv_log("copy 0x%llx -> 0x%llx, %llu bytes", (unsigned long long)c->u.copy.src,
+					(unsigned long long)c->u.copy.dst, (unsigned long long)c->u.copy.size);
 			r = vgMemcpyAsync(d->ctx, c->u.copy.dst, c->u.copy.src, c->u.copy.size);
 			res = r ? vkv_result(d, r, "vkCmdCopyBuffer") : VK_SUCCESS;
 			break;
@@ -661,6 +671,10 @@ static VkResult exec_cmds(struct vkv_device *d, const struct vkv_cmd_buffer *cb,
 					       (uint32_t)((c->u.fill.size / 4) >> 32) };
 			vgBuffer b = { c->u.fill.dst, c->u.fill.size };
 			unsigned int grid[3] = { 1, 1, 1 };
+
+			if (vkv_debug() > 1)
+				vkv_log("fill 0x%llx, %llu bytes with 0x%08x", (unsigned long long)c->u.fill.dst,
+					(unsigned long long)c->u.fill.size, c->u.fill.data);
 
 			r = vgLaunch(d->ctx, VG_KERNEL_MEMSET, grid, params, sizeof(params), &b, 1);
 			res = r ? vkv_result(d, r, "vkCmdFillBuffer") : VK_SUCCESS;

@@ -18,8 +18,11 @@ int vkv_debug(void)
 {
 	static int v = -1;
 
-	if (v < 0)
-		v = getenv("VUGPU_VK_DEBUG") != NULL;
+	if (v < 0) {
+		const char *e = getenv("VUGPU_VK_DEBUG");
+
+		v = e ? (atoi(e) > 1 ? 2 : 1) : 0;
+	}
 	return v;
 }
 
@@ -197,6 +200,8 @@ VkResult vkv_AllocateMemory(VkDevice device, const VkMemoryAllocateInfo *ai, con
 			return ai->memoryTypeIndex == VKV_MEM_TYPE_VRAM ? VK_ERROR_OUT_OF_DEVICE_MEMORY : VK_ERROR_OUT_OF_HOST_MEMORY;
 		return vkv_result(d, r, "vkAllocateMemory");
 	}
+	if (vkv_debug() > 1)
+		vkv_log("memory type %u: %llu bytes at VA 0x%llx", m->type, (unsigned long long)m->size, (unsigned long long)m->va);
 	*out = (VkDeviceMemory)(uintptr_t)m;
 	return VK_SUCCESS;
 }
