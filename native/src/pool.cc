@@ -106,8 +106,8 @@ struct Pool {
 Pool* g_pool = nullptr;  // JS thread of the env that started it
 uint32_t g_nextJob = 1;
 // poolSetPoll: how long a pool thread that just ran a device task (a Vulkan dispatch) polls for
-// the next job before it sleeps. Waking a sleeping thread costs a launch ~7 µs on the H200 host
-// (a VM: bench/vulkan-floor.c, two hand-offs 13–14 µs asleep, 0.4 µs polling), and a GPU's
+// the next job before it sleeps. Waking a sleeping thread costs a GPU's launch microseconds
+// (bench/vulkan-floor.c; docs/architecture.md, "Pool polling"), and a GPU's
 // launches come back to back. KVM's halt polling, as the JS thread's completion polling
 // (src/gpu/jobs.ts) — the engine asks for both on a GPU, with the same bound. Never after a CPU
 // kernel or copy: there the other pool threads need the cores.

@@ -49,7 +49,7 @@ export function clampLimits(dev: Clampable): ProgramLimits {
   };
 }
 
-/** Completion polling a GPU asks for (µs): a 1024³ GEMM's launch (~0.5 ms on an H200) fits. */
+/** Completion polling a GPU asks for (µs): a 1024³ GEMM's launch on a large GPU fits. */
 export const GPU_COMPLETION_POLL_US = 1000;
 
 export class VulkanBackend implements ProgramBackend {

@@ -612,7 +612,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
     ctx->bounceMemType = bounce >= 0 ? uint32_t(bounce) : UINT32_MAX;
   }
   // The memory path (docs/architecture.md, "GPU memory"): a discrete GPU reads imported host
-  // memory over PCIe (H100: 71 GB/s against 2.6 TB/s from its own memory), so its kernels run
+  // memory over PCIe (a small fraction of its own memory's bandwidth), so its kernels run
   // on device-local copies; a CPU device (lavapipe) or an integrated GPU computes on host
   // memory, zero-copy. VUGPU_VK_MEMORY=import|device overrides (measurement, tests).
   {

@@ -156,19 +156,17 @@ int Build(Program& prog, const spirv::Prepared& pp, const CompileInput& in) {
 constexpr uint32_t kMaxPanels = 16;
 // Panels per launch by default (VUGPU_VK_MAX_PANELS overrides, up to kMaxPanels). Each panel
 // boundary costs the GPU a partly idle wave; more panels only shorten the last panel's
-// write-back. With the first panel's k slices (PlanKStream) the H100 measured 4 panels best at
-// both 4096³ (6.0 ms; 8 panels 6.8) and 8192³ (33.2 ms; 16 panels 35.0): bench/results/
-// engine-vulkan.json, panelSweepBestMs.
+// write-back. With the first panel's k slices (PlanKStream) 4 panels measured best at large
+// GEMMs on a GPU (docs/results.md; bench/results/engine-vulkan.json, panelSweepBestMs).
 constexpr uint32_t kDefaultMaxPanels = 4;
 // Staged launches moving at most this much go on the compute queue in one command buffer
 // (VUGPU_VK_ONE_QUEUE_BYTES overrides), unless they stream an operand (kOnePanelSlabBytes: a
 // 1024³ FMMUL does, on the copy queues). The two queue paths without a stream measured within
-// noise of each other at 1024³ on the H100 (compute queue 0.83 and 0.68 ms best in two runs,
-// copy queues 0.95 and 0.61; bench/results/engine-vulkan.json, queueSweepBestMs).
+// noise of each other at that size (docs/results.md; engine-vulkan.json, queueSweepBestMs).
 constexpr uint64_t kOneQueueBytes = 32ull << 20;
 // A panel streams at least kPanelBytes and has at least kPanelWorkgroups workgroups (enough to
-// fill an H100's 132 SMs about once: measured there before the k slices, 256 beat 128, 512 and
-// 1024 at 4096³ and 8192³). VUGPU_VK_PANEL_BYTES / _WORKGROUPS override (tests
+// fill a large GPU's SMs about once; fewer and more both measured slower: docs/results.md).
+// VUGPU_VK_PANEL_BYTES / _WORKGROUPS override (tests
 // make panels of small launches on lavapipe; tuning).
 uint64_t EnvOr(const char* name, uint64_t dflt) {
   const char* v = getenv(name);
@@ -269,8 +267,8 @@ struct Run {
   bool panelPair = false;    // two panels where the panel rule gave one (PanelCount)
   bool abandoned = false;    // lost: nothing is freed or reused
   // Timestamp queries (GPUs). On a CPU device each timestamp is an llvmpipe scene flush run by
-  // its rasterizer threads: the two cost an empty launch ~170 µs of its ~280 (lavapipe, 2 cores)
-  // and measure the same CPU clock the launch's own wait does (see CpuDeviceNs).
+  // its rasterizer threads: the two cost an empty launch more than half its time, and measure the
+  // same CPU clock the launch's own wait does (see CpuDeviceNs).
   bool ts = false;
 
   Run(Context& cc, Program& p, const DispatchInput& i) : c(cc), prog(p), in(i) {}
@@ -477,10 +475,9 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
                                    uint64_t(in.grid[0]) * gy / panelWorkgroups, gy});
   if (p < 2) {
     // Too small for such panels but not for two of half their size: two panels, the first as two
-    // slices of k (PlanKStream), when the plan streams an operand by k. FMMUL on the H200, 9 of 9
-    // interleaved runs (bench/results/gemm-panels-h200.json): 1024³ 348–416 µs best against
-    // 364–434 as one panel in two k slices, 2048³ 1304–1373 against 1369–1419 as one in eight;
-    // three or four panels, and two without the slices at 2048³, were slower.
+    // slices of k (PlanKStream), when the plan streams an operand by k: faster than one panel in
+    // k slices at 1024³ and 2048³ in every interleaved run on a GPU, where three or four panels
+    // were slower (docs/results.md; bench/results/gemm-panels-h200.json).
     // VUGPU_VK_PANEL_PAIR=0: one panel.
     const char* pair = getenv("VUGPU_VK_PANEL_PAIR");
     if ((pair && strcmp(pair, "0") == 0) || maxPanels < 2 || in.kStream.binding == UINT32_MAX ||
@@ -503,15 +500,14 @@ uint32_t PanelCount(Run& R, uint32_t* rowsPer) {
 // dispatch, so slabs much smaller than a panel's own upload gain nothing.
 constexpr uint64_t kKSlabBytes = 32ull << 20;
 // A launch of one panel streams its operand too, in slabs of at least this: a 1024³ GEMM's B
-// (4 MiB) as 2 slabs. On the H100 (a probe: 3 rounds of 100 launches, interleaved with direct)
-// 1024³ went from 553 µs best / 634 p50 (copies on the compute queue) to 516 / 578 (direct
-// Vulkan: 526 / 550), and 2048³ from 1735 / 1845 to 1567 / 1865 (direct 1871 / 1907).
+// (4 MiB) as 2 slabs: on a GPU it brought 1024³ and 2048³ to direct Vulkan's times from above
+// them with the copies on the compute queue (docs/results.md).
 constexpr uint64_t kOnePanelSlabBytes = 2ull << 20;
 constexpr uint32_t kMaxKSlices = 8;
 
 // Plans the first panel's k slices (KStream) once the panels are known. On a GPU the first
-// panel otherwise waits for the whole streamed operand (GEMM 8192³: B is 256 MiB, 4.9 ms of
-// PCIe) before any compute starts. VUGPU_VK_K_SLICES=1 turns it off (measurement).
+// panel otherwise waits for the whole streamed operand (GEMM 8192³: B is 256 MiB, milliseconds
+// of PCIe) before any compute starts. VUGPU_VK_K_SLICES=1 turns it off (measurement).
 void PlanKStream(Run& R, uint32_t panels) {
   const DispatchInput& in = R.in;
   const DispatchInput::KStream& k = in.kStream;
@@ -616,7 +612,7 @@ void PanelRegions(Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t 
 // ---- warm-up (CPU devices) ----
 // lavapipe turns a pipeline into machine code (LLVM) at its first dispatch, on the device's one
 // queue thread, where every VM's launches run one after the other: a VM loading new modules
-// would hold every other VM's launches behind ~15 ms of JIT each (bench:flood). So the compile
+// would hold every other VM's launches behind its JIT (bench:flood). So the compile
 // lane dispatches each new pipeline once on a private device of its own, with no workgroups,
 // before the program is ready: the JIT runs on that device's queue thread — opened by this
 // nice-19 lane thread, so it runs at nice 19 too — and leaves the code in Mesa's shader cache,
@@ -913,8 +909,8 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
                                  !R.in.builtin);
   }
   // A launch identical to the lane's last one submits the same command buffers and descriptor
-  // sets again (H100: recording and descriptor writes are ~10 of a NOP program's ~45 µs on the
-  // pool thread; H200: ~45 of a staged 1024³ GEMM's ~500). What was recorded depends on the
+  // sets again (recording and descriptor writes are a fifth of a NOP program's time on a GPU's
+  // pool thread, and a tenth of a staged 1024³ GEMM's). What was recorded depends on the
   // program, grid, parameters, windows, the staging plan and the imports and device buffers
   // alone — all in the key, buffers by serial. A bounced window is copied per launch: never.
   const bool fillEach = staged && EnvOr("VUGPU_VK_FILL_EACH_PANEL", 0) != 0;
@@ -1190,7 +1186,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   const uint64_t submittedNs = NowNs();
   bool cancelled = false;
   // A GPU finishes short launches in microseconds: poll briefly before sleeping in the driver
-  // (H100: empty launch 44 → 22 µs). Not on a CPU device, whose threads need the cores.
+  // (it halves an empty launch on a GPU). Not on a CPU device, whose threads need the cores.
   if (!di.cpuDevice) {
     uint64_t until = NowNs() + EnvOr("VUGPU_VK_SPIN_US", kSpinUs) * 1000;
     while (NowNs() < until && f.vkWaitForFences(c.device, 1, &lane->fence, VK_TRUE, 0) == VK_TIMEOUT) {
@@ -1233,7 +1229,7 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
     }
   }
   // A fence of a lost device may still report success (the spec lets waits return VK_SUCCESS
-  // after a loss; the H200 signalled the running dispatch's fence and refused the next submit),
+  // after a loss; a GPU was seen to signal the running dispatch's fence and refuse the next submit),
   // so success is believed only while no other job has seen the loss — a launch that ended
   // around it fails ENGINE_LOST instead of returning what the device may never have written.
   if (st == 0 && c.lost.load()) st = -ENODEV;

@@ -1,8 +1,8 @@
 // The device-memory path's resources: host imports (cached while they lie in an engine window),
 // pooled device-local and bounce buffers, and the staged lanes' command buffers and semaphores.
 //
-// Why a cache of imports: importing a host range costs ~275 µs per page-sized window and ~16 ms
-// per 128 MiB on the H100 (the driver pins every page), which is more than a 1024³ GEMM. Engine
+// Why a cache of imports: importing a host range costs a GPU's driver more than a 1024³ GEMM at
+// large sizes (it pins every page; docs/results.md). Engine
 // windows over VRAM live as long as the window cache keeps them (src/gpu/windows.ts), so an
 // import of a range inside one stays valid until that window is unmapped: memory.cc tells us
 // (NoteWindowUnmapped) before it munmaps, and every cached import over it goes. Ranges that are
@@ -158,8 +158,8 @@ void NoteWindowUnmapped(uint64_t addr, uint64_t len) {
 VkResult AcquireImport(Context& c, uint64_t start, uint64_t size, HostImport** out) {
   // A GPU's import pins the pages it sees. Over a private (read-only, copy-on-write) window
   // those are private copies made at import time: a cached import would keep showing the data
-  // of its first launch while the guest writes the fd (H100: the second benchmark over the same
-  // VRAM read the first one's inputs). Such ranges are imported per dispatch — a snapshot that
+  // of its first launch while the guest writes the fd (seen on a GPU: the second benchmark over
+  // the same VRAM read the first one's inputs). Such ranges are imported per dispatch — a snapshot that
   // is current, and the kernel's stray writes stay private. A CPU device reads through the
   // mapping itself, which always shows the fd's current contents.
   const int inside = InsideWindow(start, size);

@@ -98,7 +98,7 @@ struct DeviceInfo {
   LaunchLimits launch;
   bool timestamps = false;            // device timestamps on the chosen queue
   bool hostQueryReset = false;        // queries reset by the host (a reset in the command buffer
-                                      // costs an H200 3.6 µs per launch: bench/vulkan-floor.c)
+                                      // costs a GPU's launch microseconds: bench/vulkan-floor.c)
   double timestampPeriod = 1.0;       // ns per tick
   uint64_t timestampMask = ~0ull;
   uint32_t importAlign = 4096;        // minImportedHostPointerAlignment
