@@ -125,6 +125,7 @@ function startClient(socket: string, args: string[]): Client {
     }
   });
   child.stderr!.setEncoding('utf8').on('data', (c: string) => lines.push(...c.split('\n').filter(Boolean)));
+  child.on('error', (e) => lines.push(`spawn: ${e.message}`));
   child.on('close', () => { onReady(false); onResult(null); });
   return { child, ready, result, lines };
 }

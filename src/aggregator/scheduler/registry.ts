@@ -39,7 +39,8 @@ export const policyNames: readonly PolicyName[] = Object.freeze(Object.keys(fact
  * scheduler-starvation.test.ts holds each policy to its line).
  */
 export const POLICY_SHARES =
-  'band and fair give every busy VM its weight\'s share of device time; credit and weighted only among VMs that ' +
+  'fair gives every busy VM its weight\'s share of device time; band too, less up to half the time its own gaps ' +
+  'between jobs leave the device idle; credit and weighted only among VMs that ' +
   'keep work queued (a VM that waits for each job gets one per neighbour\'s job); fifo promises no share';
 
 export function isPolicyName(name: string): name is PolicyName {
