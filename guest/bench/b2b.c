@@ -13,7 +13,9 @@
  * progress line per second tells a host-side test the client is moving. The result is one
  * VUGPU-B2B line: count, failures, contexts made, and p50 / p99.9 / max of the launches that
  * completed, in µs, plus how many took over 100 ms and the five longest with their index.
+ * SIGTERM ends the run after the launch in flight, with the result line.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,14 @@
 
 #define TOP 5
 #define GIVE_UP 50 /* consecutive failures, new contexts included, before the client stops */
+
+static volatile sig_atomic_t stop;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
 
 static int by_value(const void *a, const void *b)
 {
@@ -35,7 +45,7 @@ int run_b2b(unsigned int launches, unsigned int ms, int keep_going)
 	static const unsigned int grid[3] = { 1, 1, 1 };
 	uint32_t *us, top_us[TOP] = { 0 };
 	unsigned long top_at[TOP] = { 0 };
-	unsigned long n = 0, fails = 0, run = 0, over100 = 0, attempts = 0, i;
+	unsigned long n = 0, fails = 0, run = 0, over100 = 0, attempts = 0, cap, i;
 	unsigned int contexts = 0, streak = 0;
 	double start, next_phase, t0, dt;
 	vgContext ctx = NULL;
@@ -45,7 +55,9 @@ int run_b2b(unsigned int launches, unsigned int ms, int keep_going)
 
 	if (!launches)
 		launches = 100000;
-	us = xmalloc(sizeof(*us) * launches);
+	signal(SIGTERM, on_term);
+	cap = launches < 65536 ? launches : 65536; /* grown as needed: a run may be cut short by --ms */
+	us = xmalloc(sizeof(*us) * cap);
 	if (!e) {
 		e = vgCtxCreate(&ctx);
 		contexts += !e;
@@ -53,7 +65,7 @@ int run_b2b(unsigned int launches, unsigned int ms, int keep_going)
 	start = now_us();
 	next_phase = start + 1e6;
 	while (!e || keep_going) {
-		if (n >= launches || (ms && now_us() - start >= ms * 1e3))
+		if (stop || n >= launches || (ms && now_us() - start >= ms * 1e3))
 			break;
 		if (!ctx) { /* the last context was given up: a fresh one, as an application would */
 			e = vgCtxCreate(&ctx);
@@ -73,6 +85,14 @@ int run_b2b(unsigned int launches, unsigned int ms, int keep_going)
 		if (!e) {
 			uint32_t v = dt > 4e9 ? 0xffffffffu : (uint32_t)dt;
 
+			if (n == cap) {
+				cap = cap * 2 < launches ? cap * 2 : launches;
+				us = realloc(us, sizeof(*us) * cap);
+				if (!us) {
+					fprintf(stderr, "out of memory\n");
+					exit(2);
+				}
+			}
 			us[n++] = v;
 			streak = 0;
 			if (v > 100000)

@@ -79,7 +79,7 @@ static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_
 	struct iovec iov;
 	struct msghdr msg;
 	struct cmsghdr *cm;
-	int got = 0, ret, i;
+	int got = 0, ret, i, stale = 0;
 	ssize_t r;
 
 	if (c->failed)
@@ -113,6 +113,7 @@ static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_
 	}
 	c->messages++;
 
+again:
 	iov.iov_base = &rh;
 	iov.iov_len = HDR;
 	memset(&msg, 0, sizeof(msg));
@@ -126,6 +127,22 @@ static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_
 	if (r != HDR) {
 		c->failed = 1;
 		return fail(c, -EIO, "reply to command %u: %s", cmd, r < 0 ? strerror(errno) : "connection closed");
+	}
+	/*
+	 * A header-only reply to an earlier request: after a crash, the restarted server answers a
+	 * request it found in its reply window with a header-only ERROR, since the dead server may
+	 * or may not have sent its reply (docs/architecture.md, "Surviving a restart"). When it
+	 * had, that request is long done here and this answer is a duplicate: drop it and wait for
+	 * ours, as QEMU does (the stream is still in step; only a reply with a body could not be).
+	 */
+	if (rh.id != h.id && rh.size == HDR && (rh.flags & 0xf) == FLAG_REPLY && stale++ < 8) {
+		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+				for (i = 0; i < (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int)); i++)
+					close(((int *)CMSG_DATA(cm))[i]);
+		c->stale_replies++;
+		fprintf(stderr, "vugpu-host: dropped a header-only reply to earlier request %u (a restarted server's)\n", rh.id);
+		goto again;
 	}
 	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
@@ -412,21 +429,38 @@ int vfu_region_write(struct vfu_client *c, uint32_t index, uint64_t off, const v
 	return xact(c, CMD_REGION_WRITE, p, 16 + n, NULL, 0, r, sizeof(r), NULL, NULL, NULL);
 }
 
+/*
+ * BAR0 accesses. Only a broken connection is final (xact latches it in c->failed); a refused
+ * access is not. A restarted server refuses, with a header-only ERROR, the one request it found
+ * in the dead server's reply window (or one that waited too long for it). A register read has
+ * no side effects, so it is asked again and the driver sees the register, not the all-ones a
+ * guest gets from QEMU there. A refused write is not repeated: in the reply window its effects
+ * had already been applied and checkpointed (and a PV call must not run twice); a guest's write
+ * in the same place is dropped by QEMU just the same. Latching every refusal as a dead device
+ * made a twin whose server crashed at the wrong moment unable to go on (issue 34).
+ */
 uint32_t vfu_bar0_rd32(struct vfu_client *c, uint32_t off)
 {
 	uint32_t v;
+	int tries;
 
-	if (vfu_region_read(c, 0, off, &v, 4)) {
-		c->failed = 1;
-		return 0xffffffffu;
+	for (tries = 0; tries < 3; tries++) {
+		if (!vfu_region_read(c, 0, off, &v, 4))
+			return v;
+		if (c->failed)
+			break;
+		c->refused++;
+		fprintf(stderr, "vugpu-host: BAR0 read at 0x%x refused (%s); asking again\n", off, c->error);
 	}
-	return v;
+	return 0xffffffffu;
 }
 
 void vfu_bar0_wr32(struct vfu_client *c, uint32_t off, uint32_t v)
 {
-	if (vfu_region_write(c, 0, off, &v, 4))
-		c->failed = 1;
+	if (vfu_region_write(c, 0, off, &v, 4) && !c->failed) {
+		c->refused++;
+		fprintf(stderr, "vugpu-host: BAR0 write at 0x%x refused (%s); not repeated\n", off, c->error);
+	}
 }
 
 static int set_irqs(struct vfu_client *c, uint32_t flags, uint32_t count, const int *fds, int nfds)

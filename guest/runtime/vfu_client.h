@@ -26,6 +26,8 @@ struct vfu_client {
 	int irq_fd[4];
 	uint32_t nirq;
 	uint64_t messages;
+	uint64_t refused;        /* BAR0 accesses the server answered with an error (not final) */
+	uint64_t stale_replies;  /* header-only replies to earlier requests, dropped (restarts) */
 };
 
 /* Connect, negotiate VERSION, read DEVICE_GET_INFO; a refused or dropped connection (the device
@@ -45,7 +47,8 @@ int vfu_enable_msix(struct vfu_client *c, uint32_t n);
 int vfu_disable_irqs(struct vfu_client *c);
 int vfu_reset(struct vfu_client *c);
 
-/* Used by the core's platform layer (vg_os_user.h); failures are latched in c->failed. */
+/* Used by the core's platform layer (vg_os_user.h). A broken connection is latched in
+ * c->failed (every later access fails, reads return all-ones); a refused access is not. */
 uint32_t vfu_bar0_rd32(struct vfu_client *c, uint32_t off);
 void vfu_bar0_wr32(struct vfu_client *c, uint32_t off, uint32_t v);
 
