@@ -140,7 +140,10 @@ static int vugpu_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms, 
 	if (!fence_or_error(vd, c, seq)) {
 		if (!timeout_ms)
 			return vg_ctx_poll_error(c) ?: -ETIMEDOUT;
-		vg_ctx_arm_irq(c, seq); /* silent fences: ask for an interrupt before sleeping */
+		/* silent fences: ask for an interrupt before sleeping. Arming does nothing if the fence
+		 * passed since the check above (no interrupt will come then); wait_event evaluates the
+		 * condition again before it sleeps, so that wake-up is not lost. */
+		vg_ctx_arm_irq(c, seq);
 		if (interruptible)
 			left = wait_event_interruptible_timeout(fp->wq, fence_or_error(vd, c, seq),
 								msecs_to_jiffies(timeout_ms));
