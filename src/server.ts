@@ -227,6 +227,23 @@ export class Vugpu {
     if (m) await m.then((s) => s.close(), () => {});
   }
 
+  /** Stop serving for a handover: no socket is read and the engine starts no new work (queued
+   * pushbuffer work stays queued; jobs already running finish). unpause() carries on. */
+  pause(): void {
+    for (const l of this.server.all()) l.suspend();
+    this.engine.halt();
+  }
+
+  unpause(): void {
+    this.engine.unhalt();
+    for (const l of this.server.all()) l.resume();
+  }
+
+  /** No reply waits to go out and no GPU job runs: a paused server's state is final. */
+  get quiet(): boolean {
+    return this.server.all().every((l) => l.quiet) && this.engine.stats().jobsInFlight === 0;
+  }
+
   /** Resolves once every listener is up (the metrics server); rejects with a readable error. */
   async started(): Promise<void> {
     await this.metricsServer;

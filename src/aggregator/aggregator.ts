@@ -27,6 +27,8 @@ import { MODES, type MediatedMode } from './modes.ts';
 import { newCounters } from './counters.ts';
 import type { MetricsRegistry } from './metrics.ts';
 import { Vgpu, type VgpuHost } from './vgpu.ts';
+import type { Persist } from '../state/persist.ts';
+import { restoreAggregator, resumeAggregator, saveAggregator, type AggregatorState } from './persist.ts';
 
 const MIB = 1 << 20;
 
@@ -83,7 +85,7 @@ export interface Submission {
   checkMs: number;
 }
 
-export class Aggregator implements VgpuHost {
+export class Aggregator implements VgpuHost, Persist<AggregatorState> {
   readonly engine: Engine;
   readonly hostArea: RangeAllocator;
   readonly slices: RangeAllocator;
@@ -293,6 +295,23 @@ export class Aggregator implements VgpuHost {
     for (const vm of [...this.vms.values()]) this.detach(vm);
     this.dispatcher.close();
     if (this.running) this.finish(this.running, 0);
+  }
+
+  // ---- surviving a restart (how: ./persist.ts) ----
+
+  /** The aggregator's section, every vGPU's inside it. */
+  save(): AggregatorState {
+    return saveAggregator(this);
+  }
+
+  /** Into an aggregator constructed to adopt, its VMs attached again at their saved places. */
+  restore(raw: unknown): void {
+    restoreAggregator(this, raw);
+  }
+
+  /** After the engine resumed: saved completions, the stall check, the dispatcher. */
+  resume(): void {
+    resumeAggregator(this);
   }
 
   // ---- VgpuHost: physical resources ----

@@ -3,6 +3,8 @@
 // memfd or trapped access by access), MSI-X with 4 vectors in BAR0. Pass-through and mediated
 // vGPUs differ only in the handlers and the backing they plug in here.
 import type { DeviceCallbacks, DeviceDeclaration, RegionHandler } from '../device-model/declaration.ts';
+import { registerDurability } from '../gpu/persist.ts';
+import { Durability } from '../state/persist.ts';
 
 export const GPU_VENDOR_ID = 0x1de5;
 export const GPU_DEVICE_ID = 0x6b75;
@@ -36,13 +38,16 @@ export function gpuFunctionDeclaration(o: GpuFunctionOptions): DeviceDeclaration
       msix: { bar: 0, tableOffset: MSIX_TABLE_OFFSET, pbaOffset: MSIX_PBA_OFFSET },
     },
     regions: {
-      0: { size: BAR0_SIZE, kind: 'mem32', handler: o.bar0 },
+      // Every vGPU's BAR0 is the register map of docs/hw-spec.md: the engine's knowledge of
+      // which of its writes a restart must keep applies to all of them.
+      0: { size: BAR0_SIZE, kind: 'mem32', handler: o.bar0, durability: registerDurability },
       1: {
         size: o.bar1Size,
         kind: 'mem64',
         prefetchable: true,
         handler: o.bar1Handler,
         backing: o.bar1Backing ? { fd: o.bar1Backing.fd, offset: o.bar1Backing.offset } : undefined,
+        durability: () => Durability.none, // VRAM: its bytes live in the shared memfd
       },
     },
     // ERR is declared so QEMU enables its error-recovery path quietly; vugpu never signals it

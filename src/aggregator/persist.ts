@@ -18,7 +18,7 @@ import type { ShadowSpace, Slice } from './shadow-mmu.ts';
 import type { PvState } from './pv.ts';
 import type { MediatedMode } from './modes.ts';
 import type { PolicyStateBase } from './scheduler/index.ts';
-import { isNum, need, numArray, overlay, plain, section, StateError } from '../persist/plain.ts';
+import { isNum, need, numArray, overlay, plain, section, StateError } from '../state/plain.ts';
 
 export const AGGREGATOR_STATE_VERSION = 1;
 export const VGPU_STATE_VERSION = 1;
@@ -191,7 +191,7 @@ export function saveAggregator(agg: Aggregator): AggregatorState {
     running: r && !r.done ? { vmId: r.vmId, pchid: r.pchid, startNs: r.startNs, checkMs: r.checkMs } : null,
     completions: agg.completions.map((c) => ({ ...c })),
     policy: agg.policy.state(),
-    vms: agg.list().map(saveVgpu),
+    vms: agg.list().map((vm) => vm.save()), // each vGPU saves its own
   };
 }
 

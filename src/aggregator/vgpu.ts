@@ -16,6 +16,8 @@ import { PvPage } from './pv.ts';
 import { RegisterView, type ViewRange, type ViewRow } from './regview.ts';
 import { ShadowMmu, type Slice } from './shadow-mmu.ts';
 import { ShadowChannels, type ChannelHost, type VChannel } from './shadow-channels.ts';
+import type { Persist } from '../state/persist.ts';
+import { restoreVgpu, saveVgpu, type SavedVgpu } from './persist.ts';
 
 export type { VChannel };
 import {
@@ -98,7 +100,7 @@ export interface VgpuState {
  * served between (docs/architecture.md, "Threads"). */
 export const SCRUB_CHUNK = 16 << 20;
 
-export class Vgpu {
+export class Vgpu implements Persist<SavedVgpu> {
   readonly name: string;
   readonly mode: MediatedMode;
   readonly traits: ModeTraits;
@@ -645,5 +647,16 @@ export class Vgpu {
   /** Ranges of the VM's DMA map (for tests and diagnostics). */
   guestRanges(): GuestRanges {
     return new GuestRanges(this.guestMem?.describe() ?? []);
+  }
+
+  // ---- surviving a restart (how: ./persist.ts; the aggregator's section carries it) ----
+
+  save(): SavedVgpu {
+    return saveVgpu(this);
+  }
+
+  /** Into the vGPU a restarted server attached for it (same name, mode, slice, channels). */
+  restore(raw: unknown): void {
+    restoreVgpu(this, raw);
   }
 }

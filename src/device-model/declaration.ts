@@ -3,6 +3,7 @@
 // and IRQ fds; the device only supplies identity, region handlers and callbacks.
 
 import type { DmaMappingInfo } from './dma.ts';
+import type { Durability } from '../state/persist.ts';
 
 /** Trapped register access. `value` / the result is a number for 1-, 2- and 4-byte accesses and
  * a bigint for 8-byte ones (a number is accepted back for 8-byte reads too). */
@@ -42,6 +43,9 @@ export interface RegionDeclaration {
   prefetchable?: boolean;
   handler?: RegionHandler;
   backing?: RegionBacking;
+  /** How soon a guest's write at `offset` must reach a restartable server's checkpoint (the
+   * device knows its registers; src/state/persist.ts). Default: coalesced. */
+  durability?: (offset: number) => Durability;
 }
 
 export interface PciIdentity {

@@ -10,6 +10,9 @@ import type { DeviceDeclaration, RegionDeclaration, RegionHandler, ResetReason, 
 import { DmaTable, type DmaMappingInfo } from './dma.ts';
 import { IrqController } from './irq.ts';
 import { Errno, NUM_REGIONS, RegionIndex, RegionInfoFlag, setU64 } from './protocol.ts';
+import type { Durability, Persist } from '../state/persist.ts';
+import type { AdoptedFds } from '../state/plain.ts';
+import { requestDurability, restoreDevice, saveDevice, watchDeviceFds, type DeviceFdWatcher, type DeviceState } from './persist.ts';
 
 const PAGE = 4096;
 
@@ -45,7 +48,7 @@ interface RegionRuntime {
 
 export class DeclarationError extends Error {}
 
-export class PciDevice {
+export class PciDevice implements Persist<DeviceState, AdoptedFds> {
   readonly name: string;
   readonly declaration: DeviceDeclaration;
   readonly config: ConfigSpace;
@@ -95,6 +98,28 @@ export class PciDevice {
   }
 
   /** Region description for GET_REGION_INFO. */
+  // ---- surviving a restart (how: ./persist.ts) ----
+
+  /** Config space, DMA map table and interrupt state (fds named, not inside). */
+  save(): DeviceState {
+    return saveDevice(this);
+  }
+
+  /** Into a freshly declared device of the same name and shape, with the adopted fds. */
+  restore(raw: unknown, fds: AdoptedFds): void {
+    restoreDevice(this, raw, fds);
+  }
+
+  /** Tell `w` of every DMA file and IRQ eventfd this device takes and drops, by stable name. */
+  watchFds(w: DeviceFdWatcher): void {
+    watchDeviceFds(this, w);
+  }
+
+  /** How soon the effect of a handled request must reach the checkpoint. */
+  durability(command: number, region: number, offset: number, errno: number): Durability {
+    return requestDurability(this.declaration, command, region, offset, errno);
+  }
+
   regionInfo(index: number): RegionInfo {
     const r = this.regions[index]!;
     let flags = 0;

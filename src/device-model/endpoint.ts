@@ -7,6 +7,8 @@
 import { native } from '../native.ts';
 import { logger } from '../log.ts';
 import type { PciDevice } from './device.ts';
+import type { Persist } from '../state/persist.ts';
+import { restoreEndpoint, saveEndpoint, type EndpointState } from './persist.ts';
 import type { IncomingMessage } from './framing.ts';
 import {
   Command,
@@ -66,7 +68,7 @@ export function maxMessageSize(caps: ServerCapabilities): number {
 
 type Handler = (m: IncomingMessage) => number;
 
-export class Endpoint {
+export class Endpoint implements Persist<EndpointState> {
   readonly device: PciDevice;
   readonly transport: Transport;
   readonly caps: ServerCapabilities;
@@ -131,6 +133,19 @@ export class Endpoint {
       onMessage: (m, recovery) => this.onMessage(m, recovery),
       onClose: (reason) => this.onClose(reason),
     });
+  }
+
+  // ---- surviving a restart (how: ./persist.ts) ----
+
+  /** The negotiated client capabilities and the counters. */
+  save(): EndpointState {
+    return saveEndpoint(this);
+  }
+
+  /** Into an endpoint over an adopted connection, before it handles a message: the client does
+   * not negotiate again (QEMU never repeats VERSION). */
+  restore(raw: unknown): void {
+    restoreEndpoint(this, raw);
   }
 
   close(message = 'endpoint closed'): void {

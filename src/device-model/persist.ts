@@ -12,9 +12,12 @@ import type { Endpoint, EndpointStats } from './endpoint.ts';
 import type { DmaMapRecord } from './dma.ts';
 import type { VectorStats } from './irq.ts';
 import type { ClientCapabilities } from './version.ts';
+import type { DeviceDeclaration } from './declaration.ts';
+import { Command, RegionIndex } from './protocol.ts';
 import {
   adoptedFd, fromBase64, isNum, need, section, toBase64, type AdoptedFds,
-} from '../persist/plain.ts';
+} from '../state/plain.ts';
+import { Durability } from '../state/persist.ts';
 
 export const DEVICE_STATE_VERSION = 1;
 export const ENDPOINT_STATE_VERSION = 1;
@@ -78,6 +81,27 @@ export function deviceFdNames(raw: unknown): string[] {
   for (const m of s.dma.maps) if (m.file !== 0) names.add(dmaFdName(s.name, m.file));
   s.irq.eventfds.forEach((vs, index) => vs.forEach((v) => names.add(irqFdName(s.name, index, v))));
   return [...names];
+}
+
+/** Who holds a device's fds outside the process (a restartable server's fd holder). */
+export interface DeviceFdWatcher {
+  /** The device took the file or eventfd `fd`, named `key` (dmaFdName, irqFdName). */
+  put(key: string, fd: number): void;
+  /** The guest dropped the fd named `key` (a DMA unmap, an eventfd replaced or removed). */
+  drop(key: string): void;
+}
+
+/** Tell `w` of every DMA file and IRQ eventfd the device takes and drops, by its stable name. */
+export function watchDeviceFds(dev: PciDevice, w: DeviceFdWatcher): void {
+  const name = dev.name;
+  dev.dma.fileHook = (ev, id, fd) => {
+    if (ev === 'open') w.put(dmaFdName(name, id), fd);
+    else w.drop(dmaFdName(name, id));
+  };
+  dev.irq.fdHook = (index, vector, fd) => {
+    if (fd >= 0) w.put(irqFdName(name, index, vector), fd);
+    else w.drop(irqFdName(name, index, vector));
+  };
 }
 
 /**
@@ -161,4 +185,34 @@ export function restoreEndpoint(ep: Endpoint, raw: unknown): void {
     'endpoint state: client capabilities');
   ep.client = c === null ? null : { maxMsgFds: c.maxMsgFds, maxDataXferSize: c.maxDataXferSize, pgsizes: c.pgsizes, writeMultiple: c.writeMultiple };
   if (s.stats) Object.assign(ep.stats, s.stats);
+}
+
+/**
+ * What a handled request needs from a restartable server's checkpoint (docs/architecture.md
+ * has the table). The protocol's requests that change device state (DMA maps, eventfds, reset,
+ * negotiation) and config space writes are needed before the reply; a region write asks the
+ * region's own declaration (the device knows its registers), coalesced when it does not say;
+ * a failed request changed at most a counter.
+ */
+export function requestDurability(decl: DeviceDeclaration, command: number, region: number, offset: number, errno: number): Durability {
+  switch (command) {
+    case Command.REGION_READ:
+    case Command.DEVICE_GET_INFO:
+    case Command.DEVICE_GET_REGION_INFO:
+    case Command.DEVICE_GET_IRQ_INFO:
+      return Durability.none;
+    case Command.REGION_WRITE:
+      if (errno !== 0) return Durability.later;
+      if (region === RegionIndex.CONFIG) return Durability.now;
+      return decl.regions[region]?.durability?.(offset) ?? Durability.later;
+    case Command.VERSION:
+    case Command.DMA_MAP:
+    case Command.DMA_UNMAP:
+    case Command.DEVICE_SET_IRQS:
+    case Command.DEVICE_RESET:
+    case Command.REGION_WRITE_MULTI:
+      return errno === 0 ? Durability.now : Durability.later;
+    default:
+      return Durability.none;
+  }
 }

@@ -13,6 +13,7 @@ import { Endpoint, maxMessageSize } from './endpoint.ts';
 import { SocketTransport, type AdoptedConnection, type CloseReason, type RequestJournal } from './transport.ts';
 import { DEFAULT_SERVER_CAPS, type ClientCapabilities, type ServerCapabilities } from './version.ts';
 import { DEFAULT_LIMITS, LogBudget, type ServerLimits } from './limits.ts';
+import type { Durability } from '../state/persist.ts';
 
 export interface ServerOptions {
   caps?: ServerCapabilities;
@@ -33,8 +34,9 @@ export interface ServerPersistence {
   remove(key: string): void;
   /** The request journal of a device's connection (one slot per device). */
   journal(device: string): RequestJournal & { reset(): void };
-  /** After a request's handler ran, before its reply (endpoint.ts EndpointOptions.handled). */
-  handled(device: string, command: number, region: number, offset: number, errno: number): void;
+  /** After a request's handler ran, before its reply (endpoint.ts EndpointOptions.handled),
+   * with how soon its effect must be in the checkpoint (the device says: PciDevice.durability). */
+  handled(device: string, durability: Durability): void;
   /** A client connected or went away (device state changed: checkpoint before going on). */
   clientChanged(device: string): void;
 }
@@ -113,7 +115,7 @@ export class Listener {
       limits: this.server.limits,
       onClose: (reason) => this.clientGone(ep, name, reason),
       adoptedClient: client,
-      handled: p ? (command, region, offset, errno) => p.handled(dev, command, region, offset, errno) : undefined,
+      handled: p ? (command, region, offset, errno) => p.handled(dev, this.device.durability(command, region, offset, errno)) : undefined,
     });
     return ep;
   }

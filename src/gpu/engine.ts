@@ -20,6 +20,10 @@ import { BUILTIN_OWNER } from './builtin-programs.ts';
 import type { ChannelState } from './channel.ts';
 import { jobPool } from './jobs.ts';
 import { PMC_ENABLE_PFIFO, PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE } from './spec.ts';
+import type { Persist } from '../state/persist.ts';
+import {
+  idleChannels, lostChannels, observeEngine, restoreEngine, resumeEngine, saveEngine, type EngineObserver, type EngineRestore, type EngineState,
+} from './persist.ts';
 
 export type { EngineListener };
 
@@ -53,7 +57,7 @@ export interface EngineOptions {
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */
 const MAX_LOGGED_UNKNOWN = 256;
 
-export class Engine implements GpuCore {
+export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore> {
   readonly vram: Vram;
   readonly regs: RegisterFile;
   readonly irq: Interrupts;
@@ -253,6 +257,42 @@ export class Engine implements GpuCore {
 
   snapshotRegisters(): RegisterSnapshot {
     return this.regs.snapshot();
+  }
+
+  // ---- surviving a restart (how: ./persist.ts) ----
+
+  save(): EngineState {
+    return saveEngine(this);
+  }
+
+  restore(raw: unknown): EngineRestore {
+    return restoreEngine(this, raw);
+  }
+
+  /** Run again after a restore; returns the chids failed with ENGINE_LOST. */
+  resume(r: EngineRestore): number[] {
+    const lost = lostChannels(this, r);
+    resumeEngine(this, lost);
+    return lost;
+  }
+
+  /** The chids whose state a checkpoint taken now describes exactly. */
+  idleChannels(): number[] {
+    return idleChannels(this);
+  }
+
+  /** Tell `o` of every kick (before its work can start) and every channel event. */
+  observe(o: EngineObserver): void {
+    observeEngine(this, o);
+  }
+
+  /** Start no new work until unhalt(); queued work stays queued (a handover's drain). */
+  halt(): void {
+    this.cp.halt();
+  }
+
+  unhalt(): void {
+    this.cp.unhalt();
   }
 
   close(): void {

@@ -13,8 +13,12 @@
 // window cache and the compiled-program cache (rebuilt lazily), log budgets.
 import type { Engine } from './engine.ts';
 import { newChannel, WAIT_ACQUIRE, WAIT_NONE, type ChannelState } from './channel.ts';
-import { UNIT } from './spec.ts';
-import { isNum, need, numArray, overlay, plain, section, StateError } from '../persist/plain.ts';
+import {
+  DIAG_MAGIC, DOORBELL, MMU_FAULT_STATUS, PFIFO_ERR_PENDING, PFIFO_FENCE_PENDING, PFIFO_INTR, PMC_INTR, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE,
+} from './spec.ts';
+import type { EngineListener } from './core.ts';
+import { isNum, need, numArray, overlay, plain, section, StateError } from '../state/plain.ts';
+import { Durability } from '../state/persist.ts';
 
 export const ENGINE_STATE_VERSION = 1;
 
@@ -66,6 +70,10 @@ export function saveEngine(engine: Engine): EngineState {
 export interface EngineRestore {
   /** Physical chids whose work was lost: fail them (failLost) once events can be delivered. */
   inFlight: number[];
+  /** Chids the caller cannot vouch for: work may have started on them after the state was
+   * saved (the request journal saw a kick). Bound ones are failed with the lost work, since
+   * re-running a half-done job could change its results silently. Set before resume. */
+  suspect?: readonly number[];
 }
 
 /**
@@ -126,6 +134,13 @@ export function resumeEngine(engine: Engine, lost: readonly number[]): void {
   engine.fifo.kickAll();
 }
 
+/** The channels a restore gives up on: the work that died, and the bound suspects. */
+export function lostChannels(engine: Engine, r: EngineRestore): number[] {
+  const lost = new Set(r.inFlight);
+  for (const chid of r.suspect ?? []) if (engine.fifo.channels[chid]?.bound) lost.add(chid);
+  return [...lost].sort((a, b) => a - b);
+}
+
 /** Fail the channels whose work died with the old process (ENGINE_LOST). */
 export function failLost(engine: Engine, lost: readonly number[]): void {
   for (const chid of lost) {
@@ -133,4 +148,66 @@ export function failLost(engine: Engine, lost: readonly number[]): void {
     if (!ch || !ch.bound || ch.error !== 0) continue;
     engine.fifo.fail(ch, CHAN_ERR_ENGINE_LOST, (ch.gpGet & 0xffff) << 16);
   }
+}
+
+// ---- what a checkpoint must follow ----
+
+/**
+ * How soon a write to BAR0 at `offset` must reach the checkpoint (the register map of
+ * docs/hw-spec.md, which a vGPU's register view shares). Coalesced: writes whose loss only
+ * brings back an acknowledged interrupt bit, a doorbell the request journal's channel marks
+ * cover, or a diagnostic. Every other register write changes state the guest relies on once the
+ * write returns. The PRAMIN window is VRAM itself, which lives in the shared memfd.
+ */
+export function registerDurability(offset: number): Durability {
+  if (offset >= PRAMIN_WINDOW && offset < PRAMIN_WINDOW + PRAMIN_WINDOW_SIZE) return Durability.none;
+  if (offset === DOORBELL || offset === PFIFO_INTR || offset === PMC_INTR || offset === MMU_FAULT_STATUS) return Durability.later;
+  if (offset >= PFIFO_FENCE_PENDING && offset < PFIFO_FENCE_PENDING + 16) return Durability.later;
+  if (offset >= PFIFO_ERR_PENDING && offset < PFIFO_ERR_PENDING + 16) return Durability.later;
+  if (offset >= DIAG_MAGIC && offset < DIAG_MAGIC + 0x100) return Durability.later; // PDIAG
+  return Durability.now;
+}
+
+/** Nothing is going on in the channel: a checkpoint's view of it is exact. */
+function channelIdle(ch: ChannelState): boolean {
+  return !ch.bound || (ch.cursor === null && ch.gpGet === ch.gpPut && ch.wait === WAIT_NONE && ch.job < 0 && !ch.kicked);
+}
+
+/** The chids whose state a checkpoint taken now describes exactly. */
+export function idleChannels(engine: Engine): number[] {
+  const out: number[] = [];
+  for (const ch of engine.fifo.channels) if (channelIdle(ch)) out.push(ch.chid);
+  return out;
+}
+
+/** Who follows the engine for a checkpoint (src/persist). */
+export interface EngineObserver {
+  /** The engine may start work on channel `chid` next (a kick: doorbell, runlist, enable,
+   * PFIFO enable); called before the work can start. */
+  kicking(chid: number): void;
+  /** Channel state changed (the kick was taken, or a channel event was delivered). */
+  changed(): void;
+}
+
+/**
+ * Follow the engine: every kick and every channel event reaches `o`. The listener is wrapped
+ * as it is now, so the layers above set theirs first (a server observes once it is composed).
+ */
+export function observeEngine(engine: Engine, o: EngineObserver): void {
+  const kick = engine.fifo.kick;
+  engine.fifo.kick = (ch) => {
+    o.kicking(ch.chid);
+    kick(ch);
+    o.changed();
+  };
+  const l = engine.listener as Record<string, ((...a: unknown[]) => void) | undefined>;
+  const wrapped: Record<string, (...a: unknown[]) => void> = {};
+  for (const k of new Set([...Object.keys(l), 'channelIdle', 'fence', 'channelError', 'fault'])) {
+    const f = l[k];
+    wrapped[k] = (...a: unknown[]) => {
+      f?.(...a);
+      o.changed();
+    };
+  }
+  engine.listener = wrapped as EngineListener;
 }

@@ -11,14 +11,11 @@
 // channels whose native job or program compile died with the old process fail with
 // ENGINE_LOST (the guest driver reports it; no fence waits forever), the rest carry on.
 import { Vugpu, type VmConfig, type VmMode, type VugpuAdopt, type VugpuOptions } from '../server.ts';
-import type { PciDevice } from '../device-model/device.ts';
 import type { Endpoint } from '../device-model/endpoint.ts';
-import { restoreEngine, resumeEngine, saveEngine, type EngineState } from '../gpu/persist.ts';
-import { restoreAggregator, resumeAggregator, saveAggregator, type AggregatorState } from '../aggregator/persist.ts';
-import {
-  deviceFdNames, preloadDeviceDma, restoreDevice, saveDevice, saveEndpoint, type DeviceState, type EndpointState,
-} from '../device-model/persist.ts';
-import { adoptedFd, isNum, need, section, StateError, type AdoptedFds } from './plain.ts';
+import type { EngineRestore, EngineState } from '../gpu/persist.ts';
+import type { AggregatorState } from '../aggregator/persist.ts';
+import { deviceFdNames, preloadDeviceDma, type DeviceState, type EndpointState } from '../device-model/persist.ts';
+import { adoptedFd, isNum, need, section, StateError, type AdoptedFds } from '../state/plain.ts';
 
 export const VUGPU_STATE_VERSION = 1;
 /** The VRAM memfd's fd name. */
@@ -51,13 +48,6 @@ export interface SaveAllOptions {
   endpoint?: (vm: VmConfig) => Endpoint | null;
 }
 
-/** The VMs a Vugpu serves now: its start-up list, or the live set where VMs can be added and
- * removed at run time (Vugpu.vmConfigs). */
-function currentVms(v: Vugpu): VmConfig[] {
-  const live = (v as { vmConfigs?: ReadonlyMap<string, VmConfig> }).vmConfigs;
-  return live ? [...live.values()] : v.options.vms;
-}
-
 /** The VM configurations recorded in a checkpoint (to start a restart with the same VMs). */
 export function checkpointVms(raw: unknown): VmConfig[] {
   return checkState(raw).vms.map((vm) => ({ ...vm }));
@@ -67,20 +57,20 @@ export function saveAll(v: Vugpu, o: SaveAllOptions = {}): VugpuState {
   const devices: Record<string, DeviceState> = {};
   const endpoints: Record<string, EndpointState | null> = {};
   const ptCounters: Record<string, Record<string, number>> = {};
-  const vms = currentVms(v).filter((vm) => v.vms.has(vm.name));
+  // The VMs served now, run-time additions included.
+  const vms = [...v.vmConfigs.values()].filter((vm) => v.vms.has(vm.name));
   for (const vm of vms) {
-    const dev = v.vms.get(vm.name)!.device;
-    devices[vm.name] = saveDevice(dev);
+    devices[vm.name] = v.vms.get(vm.name)!.device.save();
     const ep = o.endpoint ? o.endpoint(vm) : v.server.listener(vm.socket)?.endpoint ?? null;
-    endpoints[vm.name] = ep ? saveEndpoint(ep) : null;
+    endpoints[vm.name] = ep ? ep.save() : null;
     if (vm.mode === 'pt') ptCounters[vm.name] = numericFields(v.metrics.register(vm.name, 'pt'));
   }
   return {
     version: VUGPU_STATE_VERSION,
     kind: 'vugpu-state',
     vms: vms.map((vm) => ({ ...vm })),
-    engine: saveEngine(v.engine),
-    aggregator: v.aggregator ? saveAggregator(v.aggregator) : null,
+    engine: v.engine.save(),
+    aggregator: v.aggregator ? v.aggregator.save() : null,
     devices,
     endpoints,
     ptCounters,
@@ -122,10 +112,8 @@ export function adoptPlan(raw: unknown, fds: AdoptedFds): VugpuAdopt {
   return { vramFd: adoptedFd(fds, VRAM_FD), vms };
 }
 
-export interface Restored {
-  /** Physical chids whose work died with the old process (failed by resume). */
-  inFlight: number[];
-}
+/** What a restore learnt that resume needs: the engine's (work that died, suspects). */
+export type Restored = EngineRestore;
 
 /**
  * Load a state into a Vugpu constructed with its adoptPlan: the engine, every device (DMA maps
@@ -138,25 +126,26 @@ export function restoreInto(v: Vugpu, raw: unknown, fds: AdoptedFds, mark?: (wha
   const s = checkState(raw);
   checkOptions(s, v.options);
   for (const vm of s.vms) deviceFdNames(s.devices[vm.name]).forEach((n) => adoptedFd(fds, n));
-  const { inFlight } = restoreEngine(v.engine, s.engine);
+  const restored = v.engine.restore(s.engine);
   mark?.('engine');
-  for (const vm of s.vms) restoreDevice(v.vms.get(vm.name)!.device, s.devices[vm.name], fds);
+  for (const vm of s.vms) v.vms.get(vm.name)!.device.restore(s.devices[vm.name], fds);
   mark?.('devices');
-  if (v.aggregator) restoreAggregator(v.aggregator, s.aggregator);
+  if (v.aggregator) v.aggregator.restore(s.aggregator);
   mark?.('aggregator');
   for (const [name, c] of Object.entries(s.ptCounters ?? {})) {
     const m = v.metrics.register(name, 'pt') as unknown as Record<string, number>;
     for (const [k, n] of Object.entries(c)) if (typeof m[k] === 'number' && isNum(n)) m[k] = n;
   }
-  return { inFlight };
+  return restored;
 }
 
 /** Let a restored Vugpu run: the engine first (segments re-read, acquire polls re-armed, lost
  * work failed with ENGINE_LOST, channels kicked), then the aggregator (completions, stall
- * check, the dispatcher's next decision). */
-export function resumeAll(v: Vugpu, r: Restored): void {
-  resumeEngine(v.engine, r.inFlight);
-  if (v.aggregator) resumeAggregator(v.aggregator);
+ * check, the dispatcher's next decision). Returns the chids failed with ENGINE_LOST. */
+export function resumeAll(v: Vugpu, r: Restored): number[] {
+  const lost = v.engine.resume(r);
+  v.aggregator?.resume();
+  return lost;
 }
 
 /** The negotiated state of VM `name`'s client in a checkpoint, for the endpoint the keeper

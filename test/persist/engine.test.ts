@@ -11,7 +11,7 @@ import { Pushbuffer } from '../support/host-driver/pushbuf.ts';
 import {
   CHAN_ERR_ENGINE_LOST, ENGINE_STATE_VERSION, restoreEngine, resumeEngine, saveEngine, type EngineState,
 } from '../../src/gpu/persist.ts';
-import { StateError } from '../../src/persist/plain.ts';
+import { StateError } from '../../src/state/plain.ts';
 import { params, rng } from '../gpu/helpers.ts';
 import { engineWorld, makeEngine, sleep, type Buf, type EngineWorld } from './engine-world.ts';
 

@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { Keeper } from '../../src/persist/keeper.ts';
 import { KeeperClient, KeeperRefused, type Attached } from '../../src/persist/keeper-client.ts';
-import { FdDepot } from '../../src/persist/serve.ts';
+import { FdDepot } from '../../src/persist/depot.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
