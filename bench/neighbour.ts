@@ -8,7 +8,8 @@
 // launch, p99.9, p50, failures and windows with a stall, and VM a's outcome (WATCHDOG expected,
 // PROGRAM_LOOP_LIMIT on a device with a loop cap). Writes bench/results/neighbour/<device>.json.
 //   node bench/neighbour.ts [--engine vulkan,auto] [--device NAME] [--watchdog-ms N]
-//                           [--attack-after S] [--tail S]
+//                           [--attack-after S] [--tail S] [--endless N]
+// (--endless N: VM a launches the endless program N times in a row, each on a fresh context.)
 // Runs from a checkout (builds the twin with make) and from the offline bundle (its twin/);
 // bench/gpu-host-neighbour.sh is the GPU host's call. Exit 1 if a scenario could not run.
 import { spawn, spawnSync } from 'node:child_process';
@@ -30,12 +31,12 @@ function usage(msg: string): never {
   process.exit(2);
 }
 
-let opts: { engine: string; device?: string; 'watchdog-ms'?: string; 'attack-after': string; tail: string };
+let opts: { engine: string; device?: string; 'watchdog-ms'?: string; 'attack-after': string; tail: string; endless: string };
 try {
   opts = parseArgs({
     options: {
       engine: { type: 'string', default: 'auto' }, device: { type: 'string' }, 'watchdog-ms': { type: 'string' },
-      'attack-after': { type: 'string', default: '2' }, tail: { type: 'string', default: '2' },
+      'attack-after': { type: 'string', default: '2' }, tail: { type: 'string', default: '2' }, endless: { type: 'string', default: '1' },
     },
   }).values as typeof opts;
 } catch (e) {
@@ -52,6 +53,7 @@ const num = (v: string | undefined, name: string): number | undefined => {
 const watchdogMs = num(opts['watchdog-ms'], '--watchdog-ms');
 const attackAfterS = num(opts['attack-after'], '--attack-after')!;
 const tailS = num(opts.tail, '--tail')!;
+const endlessN = Math.max(1, Math.floor(num(opts.endless, '--endless')!));
 
 /** The result file's name: the first Vulkan device, as other results name it. */
 function deviceName(): string {
@@ -127,9 +129,9 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
     if (!(await until(started, 60_000))) throw new Error(`VM b never started launching\n${b.lines.slice(-20).join('\n')}`);
     await sleep(attackAfterS * 1000);
     const tA = performance.now();
-    const a = twin(bin, sock('a'), ['--dir', modules, '--endless', '1']);
+    const a = twin(bin, sock('a'), ['--dir', modules, '--endless', String(endlessN)]);
     // The endless launch ends when the device stops it; 10 s is the default watchdog.
-    const aTimer = setTimeout(() => a.kill('SIGKILL'), (watchdogMs ?? 10_000) + 60_000);
+    const aTimer = setTimeout(() => a.kill('SIGKILL'), endlessN * (watchdogMs ?? 10_000) + 60_000);
     const aCode = await a.closed;
     clearTimeout(aTimer);
     const aEnd = performance.now();
@@ -139,7 +141,8 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
     await b.closed;
     clearTimeout(bTimer);
 
-    const endless = a.records.find((r) => r.rec.kind === 'CHECK' && r.rec.data.check === 'program-endless')?.rec.data;
+    const endlessAll = a.records.filter((r) => r.rec.kind === 'CHECK' && r.rec.data.check === 'program-endless').map((r) => r.rec.data);
+    const endless = endlessAll[0];
     const total = b.records.find((r) => r.rec.kind === 'CHECK' && r.rec.data.check === 'program-neighbour')?.rec.data;
     const windows = b.records.filter((r) => r.rec.kind === 'NB');
     const w = (x: (typeof windows)[number]) => x.rec.data as unknown as NbWindow;
@@ -152,6 +155,7 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
       a: {
         exit: aCode, outcome: endless?.outcome ?? null, ms: typeof endless?.us === 'number' ? Math.round(endless.us / 100) / 10 : null,
         detail: endless?.detail ?? a.lines.slice(-5).join(' | '),
+        launches: endlessAll.map((x) => ({ outcome: x.outcome, ms: Math.round((x.us as number) / 100) / 10 })),
       },
       b: total ? {
         launches: total.launches, failures: total.failures, wrong: total.wrong, p50Us: total.p50_us,
@@ -202,7 +206,10 @@ const rows = runs.map((r) => {
 });
 console.log(`\nbench:neighbour on ${device} (VM a: endless program after ${attackAfterS} s; VM b: NOPs back to back)`);
 console.log(textTable(['engine', 'a: outcome', 'a: ms', 'b: launches', 'b: failed', 'b: p50 µs', 'b: p99.9 ms', 'b: max ms', `b: windows > ${GOAL_MS} ms`, 'b: max during a (ms)'], rows));
+// From the bundle there is no git: its BUNDLE-INFO says which commit it was built from.
+const bundleInfo = fs.existsSync(path.join(repoRoot, 'BUNDLE-INFO')) ? fs.readFileSync(path.join(repoRoot, 'BUNDLE-INFO'), 'utf8').trim().split('\n') : null;
 const file = writeBenchResult(BENCH, device, {
+  bundle: bundleInfo,
   scenario: 'fv, two VMs on one serve; twins (host backend): b launches the built-in NOP back to back, a launches the endless program over 256 workgroups',
   goal: `VM b: longest launch <= ${GOAL_MS} ms and no failed launch while VM a runs an endless program`,
   attackAfterS, tailS, runs,
