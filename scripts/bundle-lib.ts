@@ -5,6 +5,7 @@
 //                                  against what a bare Ubuntu 24.04 provides (exit 1 on a miss)
 //   qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT   the QEMU manifest with @BUNDLE@ placeholders
 //   manifest DIR INFO_JSON         MANIFEST.json + SHA256SUMS + BUNDLE-INFO for the staged bundle DIR
+//   llama-files NODE_MODULES_DIR   the files of node-llama-cpp's install that --with-llama carries (NUL-separated)
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -200,6 +201,43 @@ export function writeManifest(dir: string, info: Record<string, unknown>): { fil
   return { files: files.length, bytes };
 }
 
+// ---------------------------------------------------------------- llama.cpp (--with-llama)
+
+/** Packages of node-llama-cpp's install (scripts/llama-deps.sh) that nothing loads when it runs
+ *  the prebuilt Vulkan build: the CPU-only prebuilt and what only compiles llama.cpp. */
+export const LLAMA_DROP_PACKAGES = ['@node-llama-cpp/linux-x64', 'cmake-js', 'node-addon-api', 'node-api-headers'];
+
+/** Whether a file of that install (path relative to its node_modules/) goes into the bundle:
+ *  not a dropped package, not node-llama-cpp's llama.cpp source and build files (its llama/ keeps
+ *  the JSON files it reads at run time and its grammars), no docs, types or source maps. */
+export function llamaKeeps(rel: string): boolean {
+  const parts = rel.split('/');
+  const pkg = parts[0]!.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!;
+  if (LLAMA_DROP_PACKAGES.includes(pkg)) return false;
+  if (/(^|\/)(docs?|test|tests|examples?)\//.test(rel.slice(pkg.length))) return false;
+  if (/\.(md|map|d\.ts|d\.mts|d\.cts)$/.test(rel) && !/LICENSE/i.test(rel)) return false;
+  if (pkg === 'node-llama-cpp') {
+    const sub = parts.slice(1).join('/');
+    if (sub.startsWith('llama/')) return /^llama\/[^/]+\.json$/.test(sub) || sub.startsWith('llama/grammars/');
+    if (sub.startsWith('templates/')) return false; // `create-node-llama-cpp` project templates
+  }
+  return true;
+}
+
+/** Every file under DIR (relative paths) that llamaKeeps. */
+export function llamaFiles(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (rel: string) => {
+    for (const e of fs.readdirSync(path.join(dir, rel), { withFileTypes: true })) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(r);
+      else if ((e.isFile() || e.isSymbolicLink()) && llamaKeeps(r)) out.push(r);
+    }
+  };
+  walk('');
+  return out.sort();
+}
+
 // ---------------------------------------------------------------- command line
 
 function main(argv: string[]): number {
@@ -237,8 +275,14 @@ function main(argv: string[]): number {
       process.stdout.write(`${r.files} files, ${(r.bytes / 1048576).toFixed(1)} MiB unpacked\n`);
       return 0;
     }
+    case 'llama-files': {
+      const [dir] = rest;
+      if (!dir) throw new Error('llama-files NODE_MODULES_DIR');
+      for (const f of llamaFiles(dir)) process.stdout.write(`${f}\0`);
+      return 0;
+    }
     default:
-      process.stderr.write('usage: bundle-lib.ts deps [--exclude a,b] | symbols FILE... | qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT | manifest DIR INFO_JSON\n');
+      process.stderr.write('usage: bundle-lib.ts deps [--exclude a,b] | symbols FILE... | qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT | manifest DIR INFO_JSON | llama-files NODE_MODULES_DIR\n');
       return 2;
   }
 }

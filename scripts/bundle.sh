@@ -2,13 +2,18 @@
 # npm run bundle / vugpu bundle: ONE archive that runs vugpu on an x86-64 Linux host with no Node,
 # npm or network (the GPU host: Ubuntu 24.04, glibc 2.39, the NVIDIA driver, nothing else).
 #
-#   scripts/bundle.sh [--out FILE] [--with-qemu] [--xz LEVEL] [--no-build] [--keep-stage]
-#                     [--verify] [--verify-rootfs DIR]
+#   scripts/bundle.sh [--out FILE] [--with-qemu] [--with-llama] [--xz LEVEL] [--no-build]
+#                     [--keep-stage] [--verify] [--verify-rootfs DIR]
 #
 #   --out FILE        the archive (default build/vugpu-bundle.tar.xz; build/ is git-ignored, so the
 #                     `device` tool can carry it)
 #   --with-qemu       add QEMU (from the setup rootfs, with its own glibc and libraries), the guest
 #                     kernel and the initramfs (from $VUGPU_CACHE, default /var/cache/vugpu)
+#   --with-llama      add llama.cpp for bench:llama (bench/gpu-host-llama.sh): node-llama-cpp 3.21.1
+#                     with only its prebuilt Vulkan build (scripts/llama-deps.sh; the CPU-only
+#                     prebuilt, the llama.cpp source and build files, docs and types left out) in
+#                     llama/, and guest/vkapp/llama-run.ts. Models are not carried: bench:llama
+#                     writes them where it runs (bench/lib/gguf.ts)
 #   --xz LEVEL        xz preset (default 9e; 6 is ~3x faster and ~1 MiB larger)
 #   --no-build        take the addon, build/spirv and the twin as they are (no incremental builds)
 #   --keep-stage      keep the unpacked tree (build/bundle-stage/vugpu-bundle)
@@ -20,7 +25,8 @@
 # test/support/ (the host driver the benchmarks drive the engine with),
 # node_modules/ (runtime packages only, from package-lock.json), build/Release/vugpu_native.node,
 # build/spirv/, lib/ (the addon's libraries a bare Ubuntu lacks + Debian 12's Vulkan loader and
-# glvnd), twin/ (static host programs + sdk/), [qemu/, guest/], README-BUNDLE.md, BUNDLE-INFO,
+# glvnd), twin/ (static host programs + sdk/ + vulkan/: the vugpu Vulkan driver for host processes),
+# [qemu/, guest/], [llama/, guest/vkapp/llama-run.ts], README-BUNDLE.md, BUNDLE-INFO,
 # MANIFEST.json, SHA256SUMS.
 set -euo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot derail a build in progress
@@ -29,7 +35,7 @@ cd "$REPO"
 CACHE=${VUGPU_CACHE:-/var/cache/vugpu}
 DEBS=$CACHE/bundle-debs
 OUT=build/vugpu-bundle.tar.xz
-WITH_QEMU=0 XZ=9e BUILD=1 KEEP=0 VERIFY=0 VERIFY_ROOTFS= DEB_VERSIONS=
+WITH_QEMU=0 WITH_LLAMA=0 XZ=9e BUILD=1 KEEP=0 VERIFY=0 VERIFY_ROOTFS= DEB_VERSIONS=
 SIZE_GOAL_MIB=55   # the issue's goal
 CARRY_MIB=64       # what the device tool carries in one call (working tree included)
 
@@ -39,6 +45,7 @@ while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
     --with-qemu) WITH_QEMU=1; shift ;;
+    --with-llama) WITH_LLAMA=1; shift ;;
     --xz) XZ=${2:?--xz needs a level}; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --keep-stage) KEEP=1; shift ;;
@@ -176,6 +183,7 @@ TWIN_PROGS=()
 for mk in guest/*/Makefile; do
   grep -q '^host:' "$mk" || continue
   comp=$(dirname "$mk")
+  [[ $comp == guest/vulkan ]] && continue   # a shared library the Vulkan loader opens: below
   ((BUILD)) || [[ -n "$(ls "$TWIN/$(basename "$comp")" 2>/dev/null)" ]] || die "--no-build but no twin build in $TWIN"
   if ((BUILD)); then
     make -s -C "$comp" host O="$TWIN/$(basename "$comp")" CC="gcc -static" ||
@@ -192,6 +200,37 @@ done
 if ((BUILD)); then make -s -C guest/runtime O="$TWIN/runtime" || die "building guest/runtime failed"; fi
 cp "$TWIN/runtime/libvugpu.a" guest/runtime/vugpu.h "$STAGE/twin/sdk/"
 say "twin: ${TWIN_PROGS[*]} (static) + sdk/libvugpu.a"
+# The vugpu Vulkan driver (guest/vulkan) for host processes: a shared object the loader dlopens
+# into the application, so it cannot be static; it needs only glibc (checked below). Its
+# manifest names it relative to itself, which holds wherever the bundle is unpacked.
+ICD_NOTE=
+if [[ -f guest/vulkan/Makefile ]]; then
+  if ((BUILD)); then make -s -C guest/vulkan host O="$TWIN/vulkan" || die "building guest/vulkan (make host) failed"; fi
+  [[ -f $TWIN/vulkan/libvulkan_vugpu.so && -f $TWIN/vulkan/vugpu_icd.json ]] || die "no Vulkan driver build in $TWIN/vulkan"
+  mkdir -p "$STAGE/twin/vulkan"
+  strip --strip-unneeded -o "$STAGE/twin/vulkan/libvulkan_vugpu.so" "$TWIN/vulkan/libvulkan_vugpu.so"
+  sed 's|"library_path": *"[^"]*"|"library_path": "./libvulkan_vugpu.so"|' "$TWIN/vulkan/vugpu_icd.json" >"$STAGE/twin/vulkan/vugpu_icd.json"
+  grep -q '"./libvulkan_vugpu.so"' "$STAGE/twin/vulkan/vugpu_icd.json" || die "could not rewrite the driver manifest's library_path"
+  bundle_libs_of "$STAGE/twin/vulkan/libvulkan_vugpu.so"
+  lib symbols "$STAGE/twin/vulkan/libvulkan_vugpu.so" || die "the Vulkan driver needs a symbol version Ubuntu 24.04 lacks (above)"
+  ICD_NOTE=twin/vulkan/vugpu_icd.json
+  say "twin: vulkan/libvulkan_vugpu.so + vugpu_icd.json"
+fi
+
+# ---------------------------------------------------------------- optional: llama.cpp
+LLAMA_NOTE=
+if ((WITH_LLAMA)); then
+  LLAMA=$(bash scripts/llama-deps.sh) || die "--with-llama: scripts/llama-deps.sh failed (it installs node-llama-cpp with npm once)"
+  NLC=$LLAMA/node_modules/node-llama-cpp/package.json
+  [[ -f $NLC && -d $LLAMA/node_modules/@node-llama-cpp/linux-x64-vulkan/bins ]] || die "--with-llama: $LLAMA lacks node-llama-cpp or its Vulkan prebuilt"
+  mkdir -p "$STAGE/llama/node_modules" "$STAGE/guest/vkapp"
+  lib llama-files "$LLAMA/node_modules" | tar -C "$LLAMA/node_modules" --null -T - -cf - | tar -C "$STAGE/llama/node_modules" -xf -
+  [[ -f $STAGE/llama/node_modules/node-llama-cpp/llama/binariesGithubRelease.json ]] || die "--with-llama: node-llama-cpp's llama/*.json did not make it"
+  echo '{"name":"vugpu-llama","private":true}' >"$STAGE/llama/package.json"
+  cp guest/vkapp/llama-run.ts "$STAGE/guest/vkapp/"
+  LLAMA_NOTE="node-llama-cpp $("$NODE_BIN" -p 'require(process.argv[1]).version' "$NLC") (linux-x64-vulkan prebuilt)"
+  say "llama: $LLAMA_NOTE, $(du -sm "$STAGE/llama" | cut -f1) MiB unpacked"
+fi
 
 # ---------------------------------------------------------------- optional: QEMU, kernel, initramfs
 QEMU_VERSION=
@@ -250,12 +289,13 @@ COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DIRTY=$([[ -n "$(git status --porcelain -- src bench test/support native guest package.json 2>/dev/null)" ]] && echo ' (+ uncommitted changes)' || true)
 INFO=$STAGE_ROOT/info.json
 "$NODE_BIN" -e '
-  const [commit, node, debs, twin, qemu, libs] = process.argv.slice(1);
+  const [commit, node, debs, twin, qemu, libs, icd, llama] = process.argv.slice(1);
   const info = { name: "vugpu-bundle", commit, created: new Date().toISOString(), node,
     platform: "x86_64 Linux, glibc >= 2.34 (made for Ubuntu 24.04)", addonLibs: libs.split(" ").filter(Boolean),
-    debian12: debs.trim().split(" "), twin: twin.split(" "), qemu: qemu || "not included (bundle.sh --with-qemu)" };
+    debian12: debs.trim().split(" "), twin: twin.split(" "), qemu: qemu || "not included (bundle.sh --with-qemu)",
+    vulkanDriver: icd || "not included (no guest/vulkan)", llama: llama || "not included (bundle.sh --with-llama)" };
   process.stdout.write(JSON.stringify(info));' \
-  "$COMMIT$DIRTY" "$NODE_VERSION" "$DEB_VERSIONS" "${TWIN_PROGS[*]}" "$QEMU_VERSION" "$(echo $ADDON_LIBS)" >"$INFO"
+  "$COMMIT$DIRTY" "$NODE_VERSION" "$DEB_VERSIONS" "${TWIN_PROGS[*]}" "$QEMU_VERSION" "$(echo $ADDON_LIBS)" "$ICD_NOTE" "$LLAMA_NOTE" >"$INFO"
 lib manifest "$STAGE" "$INFO" | sed 's/^/[bundle] stage: /'
 rm -f "$INFO"
 

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  neededVersions, qemuManifestTemplate, resolveInLock, runtimeDeps, symbolViolations, type PackageLock,
+  llamaFiles, llamaKeeps, neededVersions, qemuManifestTemplate, resolveInLock, runtimeDeps, symbolViolations, type PackageLock,
 } from '../scripts/bundle-lib.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -82,6 +82,38 @@ describe('runtime npm dependencies from package-lock.json', () => {
     expect(() => runtimeDeps(pk, ['build'])).toThrow(/no missing \(needed by node_modules\/@s\/b\)/);
     pk.packages['node_modules/@s/b']!.dependencies = { t: '1' };
     expect(() => runtimeDeps(pk, ['build'])).toThrow(/node_modules\/t is needed at run time .* dev-only/);
+  });
+});
+
+describe('llama.cpp for --with-llama', () => {
+  it('keeps the Vulkan prebuilt and what node-llama-cpp reads at run time, drops the CPU prebuilt, the source and build tools', () => {
+    for (const keep of [
+      'node-llama-cpp/package.json', 'node-llama-cpp/dist/index.js', 'node-llama-cpp/llama/binariesGithubRelease.json',
+      'node-llama-cpp/llama/llama.cpp.info.json', 'node-llama-cpp/llama/grammars/json.gbnf', 'node-llama-cpp/LICENSE',
+      '@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan/libggml-vulkan.so', '@node-llama-cpp/linux-x64-vulkan/package.json',
+      'chalk/source/index.js', 'lifecycle-utils/dist/index.js',
+    ]) expect(llamaKeeps(keep), keep).toBe(true);
+    for (const drop of [
+      '@node-llama-cpp/linux-x64/bins/linux-x64/llama-addon.node', '@node-llama-cpp/linux-x64/package.json',
+      'node-llama-cpp/llama/gitRelease.bundle', 'node-llama-cpp/llama/CMakeLists.txt', 'node-llama-cpp/llama/addon/addon.cpp',
+      'node-llama-cpp/llama/cmake/win32.ensureNodeLib.cmake', 'node-llama-cpp/templates/x/package.json', 'node-llama-cpp/README.md',
+      'node-llama-cpp/dist/index.d.ts', 'node-llama-cpp/dist/index.js.map', 'cmake-js/lib/cmake.js', 'node-addon-api/napi.h',
+      'node-api-headers/include/node_api.h', 'yargs/docs/api.md',
+    ]) expect(llamaKeeps(drop), drop).toBe(false);
+  });
+
+  it('walks an install and lists only what it keeps', () => {
+    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-files-'));
+    try {
+      for (const f of ['node-llama-cpp/dist/index.js', 'node-llama-cpp/llama/gitRelease.bundle', 'node-llama-cpp/llama/binariesGithubRelease.json',
+                       '@node-llama-cpp/linux-x64/bins/x.node', '@node-llama-cpp/linux-x64-vulkan/bins/x.node']) {
+        fs.mkdirSync(path.dirname(path.join(d, f)), { recursive: true });
+        fs.writeFileSync(path.join(d, f), 'x');
+      }
+      expect(llamaFiles(d)).toEqual(['@node-llama-cpp/linux-x64-vulkan/bins/x.node', 'node-llama-cpp/dist/index.js', 'node-llama-cpp/llama/binariesGithubRelease.json']);
+    } finally {
+      fs.rmSync(d, { recursive: true, force: true });
+    }
   });
 });
 
@@ -222,11 +254,58 @@ describe.skipIf(!SLOW)('the real bundle (VUGPU_TEST_BUNDLE=1)', () => {
       expect(list, f).toContain(`vugpu-bundle/${f}`);
     }
     expect(list.some((f) => /^vugpu-bundle\/build\/spirv\/.*\.spv$/.test(f))).toBe(true);
-    for (const bad of [/\/node_modules\/(vitest|typescript|node-addon-api|@types|node)\//, /\/\.git\//, /^vugpu-bundle\/lib\/(libc|libstdc\+\+|libm|libgcc_s)\.so/, /^vugpu-bundle\/test\//]) {
+    if (fs.existsSync(path.join(ROOT, 'guest/vulkan/Makefile'))) {
+      for (const f of ['twin/vulkan/libvulkan_vugpu.so', 'twin/vulkan/vugpu_icd.json']) expect(list, f).toContain(`vugpu-bundle/${f}`);
+    }
+    for (const bad of [/\/node_modules\/(vitest|typescript|node-addon-api|@types|node)\//, /\/\.git\//, /^vugpu-bundle\/lib\/(libc|libstdc\+\+|libm|libgcc_s)\.so/,
+                       /^vugpu-bundle\/test\/(?!support\/)/, /^vugpu-bundle\/llama\//, /^vugpu-bundle\/twin\/libvulkan/]) {
       expect(list.filter((f) => bad.test(f)), String(bad)).toEqual([]);
     }
     const v = spawnSync('bash', [path.join(ROOT, 'scripts/bundle-verify.sh'), out], { encoding: 'utf8', timeout: 600_000 });
     expect(v.status, `${v.stdout}\n${v.stderr}`).toBe(0);
     expect(v.stdout).toMatch(/PASSED/);
+  }, 2_400_000);
+});
+
+// What bench/gpu-host-llama.sh needs on the GPU host: the bundle with --with-llama stays within
+// what the device tool carries beside the working tree, and its bench:llama runs the native half
+// from the unpacked bundle with the bundle's Node (here on lavapipe).
+const SLOW_LLAMA = process.env.VUGPU_TEST_BUNDLE_LLAMA === '1';
+const LAVAPIPE = fs.existsSync('/usr/share/vulkan/icd.d') && fs.readdirSync('/usr/share/vulkan/icd.d').some((f) => f.startsWith('lvp_icd'));
+describe.skipIf(!SLOW_LLAMA)('the bundle with llama.cpp (VUGPU_TEST_BUNDLE_LLAMA=1)', () => {
+  const out = path.join(ROOT, 'build/vugpu-bundle-llama-test.tar.xz');
+  const unpacked = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-bundle-llama-'));
+  afterAll(() => {
+    fs.rmSync(out, { force: true });
+    fs.rmSync(unpacked, { recursive: true, force: true });
+  });
+
+  it('carries the Vulkan prebuilt, llama-run.ts and the driver, fits the carry with the tree, and runs bench:llama --quick natively', () => {
+    const b = spawnSync('bash', [path.join(ROOT, 'scripts/bundle.sh'), '--with-llama', '--out', out, '--xz', process.env.VUGPU_TEST_BUNDLE_XZ ?? '6'], { encoding: 'utf8', timeout: 1_800_000 });
+    expect(b.status, `${b.stdout}\n${b.stderr}`).toBe(0);
+    const tree = execFileSync('sh', ['-c', 'git ls-files -z | xargs -0 du -cb | tail -n 1'], { cwd: ROOT, encoding: 'utf8' });
+    expect(fs.statSync(out).size + Number(tree.split(/\s/)[0])).toBeLessThan(64 * 1048576);
+    const list = execFileSync('tar', ['-tJf', out], { encoding: 'utf8', maxBuffer: 64 << 20 }).split('\n');
+    for (const f of ['llama/node_modules/node-llama-cpp/dist/index.js', 'llama/node_modules/node-llama-cpp/llama/binariesGithubRelease.json',
+                     'llama/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan/libggml-vulkan.so',
+                     'guest/vkapp/llama-run.ts', 'bench/llama.ts', 'bench/lib/llama-worker.ts', 'bench/lib/gguf.ts']) {
+      expect(list, f).toContain(`vugpu-bundle/${f}`);
+    }
+    for (const bad of [/\/@node-llama-cpp\/linux-x64\//, /gitRelease\.bundle$/, /\/llama\/CMakeLists\.txt$/, /\/(cmake-js|node-api-headers)\//]) {
+      expect(list.filter((f) => bad.test(f)), String(bad)).toEqual([]);
+    }
+    execFileSync('tar', ['-xJf', out, '-C', unpacked]);
+    const B = path.join(unpacked, 'vugpu-bundle');
+    if (fs.existsSync(path.join(ROOT, 'guest/vulkan/Makefile'))) {
+      const m = JSON.parse(fs.readFileSync(path.join(B, 'twin/vulkan/vugpu_icd.json'), 'utf8')) as { ICD: { library_path: string } };
+      expect(m.ICD.library_path).toBe('./libvulkan_vugpu.so');
+    }
+    if (!LAVAPIPE) return; // the run below needs a host Vulkan device (lavapipe here)
+    const r = spawnSync(path.join(B, 'bin/vugpu-node'), [path.join(B, 'bench/llama.ts'), '--quick', '--sides', 'native', '--tenants', '0', '--rounds', '1',
+      '--model-dir', path.join(unpacked, 'models'), '--out', 'bundle-test'], { encoding: 'utf8', timeout: 600_000 });
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+    const res = JSON.parse(fs.readFileSync(path.join(B, 'bench/results/llama/lavapipe-bundle-test.json'), 'utf8')) as { oneTenant: { tiny: { native: { genTps: number }; tokens: number[] } } };
+    expect(res.oneTenant.tiny.native.genTps).toBeGreaterThan(0);
+    expect(res.oneTenant.tiny.tokens).toHaveLength(16);
   }, 2_400_000);
 });

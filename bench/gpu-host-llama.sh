@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One `device` call on the GPU host for issue 32: llama.cpp natively on the host's Vulkan driver
+# against llama.cpp through the vugpu Vulkan driver in the native twin (`serve --engine vulkan`,
+# fv), both from the offline bundle made with `scripts/bundle.sh --with-llama` (carried as
+# build/vugpu-bundle.tar.xz, or VUGPU_BUNDLE). The bundle's Node runs its own bench/llama.ts;
+# models (135m and 1b, q8_0) are written on the host. Usage, from the checkout's root:
+#   bash bench/gpu-host-llama.sh [bench:llama arguments]     (default: --shapes 135m,1b)
+# Writes under $OUT as it goes: llama.log (everything), llama-<device>.json (the result, also when
+# the run was cut short: bench:llama rewrites it after every phase), env.txt (driver, GPU).
+# Time: LLAMA_BUDGET_S (default 540) bounds the whole call; bench:llama gets what is left after
+# unpacking and stops starting phases (--deadline-s) in time to write its result.
+set -euo pipefail
+OUT=${OUT:-/tmp/vugpu-out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+BUDGET=${LLAMA_BUDGET_S:-540}
+cd "$(dirname "$0")/.."
+LOG=$OUT/llama.log
+exec > >(tee -a "$LOG") 2>&1
+say() { printf '[gpu-host-llama %3d s] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+ARCHIVE=${VUGPU_BUNDLE:-build/vugpu-bundle.tar.xz}
+[[ -f $ARCHIVE ]] || { say "no bundle at $ARCHIVE (scripts/bundle.sh --with-llama)"; exit 1; }
+T=/tmp/vugpu-llama
+rm -rf "$T" && mkdir -p "$T"
+say "unpacking $ARCHIVE"
+timeout 120 tar -xJf "$ARCHIVE" -C "$T"
+B=$T/vugpu-bundle
+[[ -d $B/llama/node_modules/node-llama-cpp ]] || { say "the bundle has no llama/ (build it with --with-llama)"; exit 1; }
+[[ -f $B/twin/vulkan/vugpu_icd.json ]] || say "note: the bundle has no vugpu Vulkan driver: only the native side can run"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+  grep -m1 'model name' /proc/cpuinfo || true
+  nproc
+  cat "$B/BUNDLE-INFO" 2>/dev/null || true
+} >"$OUT/env.txt"
+cat "$OUT/env.txt"
+
+# The bundle's environment (its lib/ first, the NVIDIA ICD as the host's Vulkan driver).
+. "$B/libexec/vugpu-env.sh"
+export VUGPU_CACHE=${VUGPU_CACHE:-$T/cache}
+mkdir -p "$T/models"
+ARGS=("$@")
+((${#ARGS[@]})) || ARGS=(--shapes 135m,1b)
+LEFT=$(( BUDGET - ($(date +%s) - T0) - 20 ))
+((LEFT > 60)) || { say "only $LEFT s left of LLAMA_BUDGET_S=$BUDGET"; exit 1; }
+say "bench:llama ${ARGS[*]} (deadline ${LEFT} s)"
+rc=0
+# --deadline-s stops starting phases; timeout ends a phase that hangs past the budget (the
+# result file then holds the phases before it). SIGTERM makes bench:llama kill its workers.
+timeout -k 10 $(( LEFT + 10 )) "$VUGPU_NODE" "$B/bench/llama.ts" --model-dir "$T/models" \
+  --deadline-s $(( LEFT - 30 )) --timeout-s 300 "${ARGS[@]}" || rc=$?
+say "bench:llama exit $rc"
+for f in "$B"/bench/results/llama/*.json; do
+  [[ -f $f ]] && cp "$f" "$OUT/llama-$(basename "$f")"
+done
+ls -la "$OUT"
+exit "$rc"

@@ -1,0 +1,106 @@
+// A long-lived llama.cpp process for bench:llama (bench/llama.ts): loads node-llama-cpp's prebuilt
+// build and one model once, then runs greedy generations on request, so the benchmark can
+// interleave the native device and the vugpu driver round by round without paying model loading
+// and pipeline creation in every measurement. Standalone (no project imports), like
+// guest/vkapp/llama-run.ts, so the same file runs from a checkout and from the offline bundle.
+//
+//   node llama-worker.ts --modules DIR --model FILE [--gpu vulkan|cpu] [--ctx N] [--batch N]
+//                        [--flash-attention auto|on|off]
+// stdin, one JSON object a line: { id, prompt: [token ids], tokens: N } → stdout, one line each:
+// { id, tokens: [ids], promptMs, genMs } or { id, error }. The first stdout line is
+// { ready: true, device } once the model and its context are loaded (or { error } and exit 1).
+// After each answer, `LLAMA-WORKER-DONE <id>` goes to stderr: everything the Vulkan driver logged
+// there for that request (VUGPU_VK_DEBUG) came before it, on the same descriptor.
+import path from 'node:path';
+import readline from 'node:readline';
+import { pathToFileURL } from 'node:url';
+
+function fail(msg: string): never {
+  process.stdout.write(`${JSON.stringify({ error: msg })}\n`);
+  process.exit(1);
+}
+
+const opt: Record<string, string> = { gpu: 'vulkan', ctx: '1024', batch: '512' };
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i += 2) {
+  const k = argv[i]!;
+  if (!/^--(modules|model|gpu|ctx|batch|flash-attention)$/.test(k)) fail(`unknown argument ${k}`);
+  if (argv[i + 1] === undefined) fail(`${k} needs a value`);
+  opt[k.slice(2)] = argv[i + 1]!;
+}
+if (!opt.modules || !opt.model) fail('--modules and --model are required');
+if (opt.gpu !== 'vulkan' && opt.gpu !== 'cpu') fail(`--gpu is vulkan or cpu, not ${opt.gpu}`);
+for (const k of ['ctx', 'batch']) if (!/^[1-9]\d*$/.test(opt[k]!)) fail(`--${k} must be a positive integer`);
+const fa = opt['flash-attention'];
+if (fa !== undefined && !['auto', 'on', 'off'].includes(fa)) fail(`--flash-attention is auto, on or off, not ${fa}`);
+
+const entry = path.join(opt.modules, 'node_modules/node-llama-cpp/dist/index.js');
+const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href).catch((e: Error) =>
+  fail(`cannot load node-llama-cpp from ${opt.modules}: ${e.message}`),
+);
+let llama;
+let model;
+let context;
+let device = 'cpu';
+try {
+  llama = await getLlama({
+    gpu: opt.gpu === 'vulkan' ? 'vulkan' : false,
+    build: 'never',
+    usePrebuiltBinaries: true,
+    progressLogs: false,
+    logLevel: process.env.LLAMA_RUN_VERBOSE ? LlamaLogLevel.debug : LlamaLogLevel.error,
+  });
+  if (opt.gpu === 'vulkan') device = (await llama.getGpuDeviceNames()).join(', ');
+  model = await llama.loadModel({ modelPath: opt.model, gpuLayers: opt.gpu === 'vulkan' ? 'max' : 0 });
+  context = await model.createContext({
+    contextSize: Number(opt.ctx),
+    batchSize: Number(opt.batch),
+    ...(fa === undefined ? {} : { flashAttention: fa === 'auto' ? 'auto' : fa === 'on' }),
+  });
+} catch (e) {
+  fail(`loading failed: ${(e as Error).message}`);
+}
+const seq = context.getSequence();
+process.stdout.write(`${JSON.stringify({ ready: true, device })}\n`);
+
+interface Request { id: number; prompt: number[]; tokens: number }
+
+async function generate(r: Request): Promise<{ tokens: number[]; promptMs: number; genMs: number }> {
+  await seq.clearHistory();
+  const out: number[] = [];
+  const t0 = performance.now();
+  let t1 = 0;
+  // greedy: the same model and prompt give the same ids on every correct device
+  for await (const t of seq.evaluate(r.prompt, { temperature: 0 })) {
+    if (out.length === 0) t1 = performance.now();
+    out.push(t as number);
+    if (out.length >= r.tokens) break;
+  }
+  const t2 = performance.now();
+  // the first token comes out of the prompt's evaluation; the rest are generation
+  return { tokens: out, promptMs: t1 - t0, genMs: t2 - t1 };
+}
+
+const rl = readline.createInterface({ input: process.stdin });
+for await (const line of rl) {
+  if (!line.trim()) continue;
+  let r: Request;
+  try {
+    r = JSON.parse(line) as Request;
+    if (!Number.isInteger(r.id) || !Array.isArray(r.prompt) || r.prompt.length === 0 || !Number.isInteger(r.tokens) || r.tokens < 1) {
+      throw new Error('a request is { id, prompt: [token ids], tokens: N >= 1 }');
+    }
+  } catch (e) {
+    process.stdout.write(`${JSON.stringify({ id: -1, error: (e as Error).message })}\n`);
+    continue;
+  }
+  try {
+    process.stdout.write(`${JSON.stringify({ id: r.id, ...(await generate(r)) })}\n`);
+  } catch (e) {
+    process.stdout.write(`${JSON.stringify({ id: r.id, error: (e as Error).message })}\n`);
+  }
+  process.stderr.write(`LLAMA-WORKER-DONE ${r.id}\n`);
+}
+await context.dispose();
+await model.dispose();
+await llama.dispose();

@@ -1,0 +1,550 @@
+// llama.cpp natively against llama.cpp through vugpu (issue 32; npm run bench:llama), without
+// QEMU: the same unmodified node-llama-cpp build (its prebuilt Vulkan backend) on the host's own
+// Vulkan device, and in a host process whose only Vulkan driver is vugpu's (guest/vulkan,
+// libvulkan_vugpu.so over vfio-user: the native twin of a guest's application layer) against
+// `vugpu serve --engine vulkan` in fv.
+//
+// Per model shape (q8_0, seeded random weights, bench/lib/gguf.ts):
+//   one tenant   one native worker and one vugpu worker (one VM), each warmed up once, then
+//                --rounds rounds interleaved (the order alternates): prompt tokens/s over a
+//                --prompt-tokens prompt, generation tokens/s over --tokens greedy tokens; token
+//                ids must be identical on both sides and in every round;
+//   counts       an untimed vugpu worker with the driver's dispatch log (VUGPU_VK_DEBUG=2):
+//                dispatches and submissions (the server's doorbells, /metrics.json) for the
+//                prompt and per generated token;
+//   tenants      --tenants native workers generating at once against as many vugpu workers
+//                (one fv VM each, one server), rounds interleaved: aggregate tokens/s.
+// Workers are bench/lib/llama-worker.ts processes (model loaded once, pipelines created in the
+// warm-up). The result goes to bench/results/llama/<device>.json (device: the native Vulkan
+// device, lavapipe or h200) after every phase, so a run cut short still leaves what it measured.
+//
+//   node bench/llama.ts [--quick] [--shapes 135m,1b] [--prompt-tokens 512] [--tokens 128]
+//                       [--rounds 3] [--tenants 8] [--sides native,vugpu] [--type q8_0]
+//                       [--modules DIR] [--model-dir DIR] [--native-icd FILE] [--icd FILE]
+//                       [--deadline-s S] [--timeout-s S] [--flash-attention auto|on|off]
+//                       [--watchdog-ms N] [--device NAME] [--out NAME]
+// --quick: the tiny shape, a 64-token prompt, 16 tokens (this 2-core host with lavapipe).
+// From the offline bundle (bench/gpu-host-llama.sh) node-llama-cpp is its llama/ and the driver
+// its twin/vulkan/; in a checkout they come from scripts/llama-deps.sh and `make -C guest/vulkan`.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { startServer, type ServerProcess } from '../src/vm/server-process.ts';
+import { vulkanDevices } from '../src/gpu/vulkan.ts';
+import { LineSplitter } from '../src/vm/console.ts';
+import { freePort, median, outVariant, repoRoot, resultDevice, spread, textTable, writeBenchResult } from './lib/common.ts';
+import { SHAPES, writeLlamaGguf, type WeightType } from './lib/gguf.ts';
+
+const BENCH = 'llama';
+
+function usage(msg: string): never {
+  console.error(`bench:llama: ${msg}`);
+  process.exit(2);
+}
+
+// ---------------------------------------------------------------- options
+
+let o: Record<string, string | boolean | undefined>;
+try {
+  o = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false }, shapes: { type: 'string' }, 'prompt-tokens': { type: 'string' },
+      tokens: { type: 'string' }, rounds: { type: 'string', default: '3' }, tenants: { type: 'string', default: '8' },
+      sides: { type: 'string', default: 'native,vugpu' }, type: { type: 'string', default: 'q8_0' },
+      modules: { type: 'string' }, 'model-dir': { type: 'string' }, 'native-icd': { type: 'string' }, icd: { type: 'string' },
+      'deadline-s': { type: 'string' }, 'timeout-s': { type: 'string', default: '600' }, 'flash-attention': { type: 'string' },
+      device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
+      'watchdog-ms': { type: 'string' },
+    },
+  }).values;
+} catch (e) {
+  usage(`${(e as Error).message.split('\n')[0]} (see the header of bench/llama.ts)`);
+}
+const str = (k: string): string | undefined => o[k] as string | undefined;
+const int = (k: string, def: number, min = 1): number => {
+  const v = str(k);
+  if (v === undefined) return def;
+  if (!/^\d+$/.test(v) || Number(v) < min) usage(`--${k} takes an integer >= ${min}, not ${v}`);
+  return Number(v);
+};
+const quick = o.quick === true;
+const shapes = (str('shapes') ?? (quick ? 'tiny' : '135m,1b')).split(',').filter(Boolean);
+for (const s of shapes) if (!SHAPES[s]) usage(`--shapes takes ${Object.keys(SHAPES).join(', ')} (a comma list), not ${s}`);
+const wtype = str('type') as WeightType;
+if (!['f32', 'f16', 'q8_0'].includes(wtype)) usage(`--type takes f32, f16 or q8_0, not ${wtype}`);
+const promptTokens = int('prompt-tokens', quick ? 64 : 512);
+const genTokens = int('tokens', quick ? 16 : 128, 2);
+const rounds = int('rounds', 3);
+const tenants = int('tenants', 8, 0);
+const countTokens = int('count-tokens', 8, 1);
+const timeoutMs = int('timeout-s', 600) * 1000;
+const deadlineS = str('deadline-s') === undefined ? Infinity : int('deadline-s', 0);
+const sides = str('sides')!.split(',').filter(Boolean);
+for (const s of sides) if (s !== 'native' && s !== 'vugpu') usage(`--sides takes native and/or vugpu, not ${s}`);
+const flash = str('flash-attention');
+if (flash !== undefined && !['auto', 'on', 'off'].includes(flash)) usage(`--flash-attention takes auto, on or off, not ${flash}`);
+for (const s of shapes) {
+  if (promptTokens + genTokens > SHAPES[s]!.context) usage(`--prompt-tokens + --tokens (${promptTokens + genTokens}) exceed shape ${s}'s context of ${SHAPES[s]!.context}`);
+}
+const variant = outVariant(BENCH, str('out'));
+const watchdogMs = str('watchdog-ms') === undefined ? undefined : int('watchdog-ms', 0);
+const T0 = performance.now();
+const timeLeftS = () => deadlineS - (performance.now() - T0) / 1000;
+
+// ---------------------------------------------------------------- what runs: node-llama-cpp, the driver, models
+
+/** node-llama-cpp with its Vulkan prebuilt: --modules, the bundle's llama/, or scripts/llama-deps.sh. */
+function modulesDir(): string {
+  const m = str('modules') ?? (fs.existsSync(path.join(repoRoot, 'llama/node_modules/node-llama-cpp')) ? path.join(repoRoot, 'llama') : undefined);
+  if (m) {
+    if (!fs.existsSync(path.join(m, 'node_modules/node-llama-cpp/package.json'))) usage(`--modules ${m} holds no node_modules/node-llama-cpp`);
+    return m;
+  }
+  const r = spawnSync('bash', [path.join(repoRoot, 'scripts/llama-deps.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  if (r.status !== 0) usage('scripts/llama-deps.sh could not install node-llama-cpp (give --modules DIR)');
+  return r.stdout.trim();
+}
+
+/** The vugpu driver's manifest: --icd, the bundle's twin/vulkan/, or built here (build/llama-icd). */
+function vugpuIcd(): string {
+  const given = str('icd') ?? (fs.existsSync(path.join(repoRoot, 'twin/vulkan/vugpu_icd.json')) ? path.join(repoRoot, 'twin/vulkan/vugpu_icd.json') : undefined);
+  if (given) {
+    if (!fs.existsSync(given)) usage(`--icd ${given} does not exist`);
+    return path.resolve(given);
+  }
+  const out = path.join(repoRoot, 'build/llama-icd');
+  const r = spawnSync('make', ['-s', '-C', path.join(repoRoot, 'guest/vulkan'), 'host', `O=${out}`], { encoding: 'utf8' });
+  if (r.status !== 0) usage(`building the vugpu Vulkan driver (make -C guest/vulkan host) failed:\n${r.stdout}${r.stderr}`);
+  return path.join(out, 'vugpu_icd.json');
+}
+
+/** The host's own Vulkan driver for the native side: --native-icd, VK_DRIVER_FILES (the bundle
+ *  sets the NVIDIA one), else Debian's lavapipe. */
+function nativeIcd(): string {
+  const given = str('native-icd') ?? process.env.VK_DRIVER_FILES ?? process.env.VK_ICD_FILENAMES;
+  if (given) return given;
+  const dir = '/usr/share/vulkan/icd.d';
+  const f = fs.existsSync(dir) ? fs.readdirSync(dir).find((n) => n.startsWith('lvp_icd')) : undefined;
+  if (!f) usage('no host Vulkan driver: give --native-icd FILE (or VK_DRIVER_FILES), or install mesa-vulkan-drivers for lavapipe');
+  return path.join(dir, f);
+}
+
+/** The model for a shape: generated once (seed 1) into --model-dir (default $VUGPU_CACHE/models). */
+function modelFile(shape: string): string {
+  const dir = str('model-dir') ?? path.join(process.env.VUGPU_CACHE ?? '/var/cache/vugpu', 'models');
+  const file = path.join(dir, `${shape}-${wtype}-seed1.gguf`);
+  if (!fs.existsSync(file)) {
+    const t = performance.now();
+    fs.mkdirSync(dir, { recursive: true });
+    const tmp = `${file}.${process.pid}.tmp`;
+    fs.writeFileSync(tmp, writeLlamaGguf(SHAPES[shape]!, wtype, 1));
+    fs.renameSync(tmp, file);
+    log(`model ${shape} ${wtype}: ${(fs.statSync(file).size / 2 ** 20).toFixed(1)} MiB in ${((performance.now() - t) / 1000).toFixed(1)} s → ${file}`);
+  }
+  return file;
+}
+
+/** A fixed prompt of token ids (ids 0–2 are unknown/BOS/EOS in the writer's vocabulary). */
+function promptIds(n: number, vocab: number): number[] {
+  const ids: number[] = [];
+  let x = 12345;
+  for (let i = 0; i < n; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    ids.push(3 + ((x >>> 8) % (vocab - 3)));
+  }
+  return ids;
+}
+
+function log(msg: string): void {
+  console.log(`[llama ${((performance.now() - T0) / 1000).toFixed(0).padStart(4)} s] ${msg}`);
+}
+
+// ---------------------------------------------------------------- workers
+
+interface Gen { tokens: number[]; promptMs: number; genMs: number }
+
+const children = new Set<ChildProcess>();
+
+class Worker {
+  readonly child: ChildProcess;
+  readonly stderr: string[] = [];
+  device = '';
+  private readonly waiting = new Map<number, { resolve(g: Gen): void; reject(e: Error): void }>();
+  private readonly marks = new Map<number, () => void>();
+  private readyWait: { resolve(): void; reject(e: Error): void } | null = null;
+  private nextId = 1;
+  private dead: Error | null = null;
+  /** Lines of the driver's dispatch log seen so far (VUGPU_VK_DEBUG=2). */
+  dispatchLines = 0;
+
+  readonly name: string;
+
+  constructor(name: string, modules: string, model: string, env: Record<string, string>, ctx: number) {
+    this.name = name;
+    const args = [path.join(repoRoot, 'bench/lib/llama-worker.ts'), '--modules', modules, '--model', model, '--ctx', String(ctx), '--batch', '512'];
+    if (flash) args.push('--flash-attention', flash);
+    this.child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    children.add(this.child);
+    const out = new LineSplitter((l) => this.onLine(l));
+    const err = new LineSplitter((l) => {
+      const m = /^LLAMA-WORKER-DONE (\d+)$/.exec(l);
+      if (m) {
+        this.marks.get(Number(m[1]))?.();
+        return;
+      }
+      if (/^vugpu-vulkan: dispatch \d+x\d+x\d+ entry/.test(l)) this.dispatchLines++;
+      else if (this.stderr.length < 400) this.stderr.push(l);
+    });
+    this.child.stdout!.setEncoding('utf8').on('data', (c: string) => out.push(c));
+    this.child.stderr!.setEncoding('utf8').on('data', (c: string) => err.push(c));
+    this.child.on('close', (code, sig) => {
+      children.delete(this.child);
+      this.dead = new Error(`${this.name}: the worker exited (${code ?? sig})\n${this.stderr.slice(-30).join('\n')}`);
+      this.readyWait?.reject(this.dead);
+      for (const w of this.waiting.values()) w.reject(this.dead);
+      this.waiting.clear();
+      for (const m of this.marks.values()) m();
+    });
+  }
+
+  private onLine(l: string): void {
+    let msg: { ready?: boolean; device?: string; id?: number; error?: string } & Partial<Gen>;
+    try {
+      msg = JSON.parse(l);
+    } catch {
+      if (this.stderr.length < 400) this.stderr.push(`stdout: ${l}`);
+      return;
+    }
+    if (msg.ready) {
+      this.device = msg.device ?? '';
+      this.readyWait?.resolve();
+    } else if (msg.id === undefined) {
+      this.readyWait?.reject(new Error(`${this.name}: ${msg.error}\n${this.stderr.slice(-30).join('\n')}`));
+    } else {
+      const w = this.waiting.get(msg.id);
+      this.waiting.delete(msg.id);
+      if (!w) return;
+      if (msg.error) w.reject(new Error(`${this.name}: ${msg.error}\n${this.stderr.slice(-30).join('\n')}`));
+      else w.resolve({ tokens: msg.tokens!, promptMs: msg.promptMs!, genMs: msg.genMs! });
+    }
+  }
+
+  ready(): Promise<void> {
+    if (this.device) return Promise.resolve();
+    return withTimeout(new Promise((resolve, reject) => {
+      if (this.dead) reject(this.dead);
+      this.readyWait = { resolve, reject };
+    }), timeoutMs, `${this.name}: not ready`);
+  }
+
+  /** One greedy generation; with `marked`, resolves after the worker's stderr mark for it too. */
+  run(prompt: number[], tokens: number, marked = false): Promise<Gen> {
+    if (this.dead) return Promise.reject(this.dead);
+    const id = this.nextId++;
+    const gen = new Promise<Gen>((resolve, reject) => this.waiting.set(id, { resolve, reject }));
+    const mark = marked ? new Promise<void>((resolve) => this.marks.set(id, resolve)) : Promise.resolve();
+    this.child.stdin!.write(`${JSON.stringify({ id, prompt, tokens })}\n`);
+    return withTimeout(Promise.all([gen, mark]).then(([g]) => g), timeoutMs, `${this.name}: request ${id}`);
+  }
+
+  async close(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const closed = new Promise((r) => this.child.once('close', r));
+    this.child.stdin!.end();
+    const t = setTimeout(() => this.child.kill('SIGKILL'), 15_000);
+    await closed;
+    clearTimeout(t);
+  }
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: timed out after ${ms / 1000} s`)), ms); }),
+  ]);
+}
+
+// ---------------------------------------------------------------- the server
+
+let metricsPort = 0;
+
+async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ server: ServerProcess; sockets: string[] }> {
+  const sockets = Array.from({ length: vms }, (_, i) => path.join(dir, `t${i}.sock`));
+  metricsPort = await freePort();
+  // Every VM takes the default slice, an equal power-of-two share of what the host leaves (it keeps
+  // a sixteenth): nine eighths of the slices make that share exactly sliceMiB.
+  const vram = Math.ceil((vms * sliceMiB * 9) / 8);
+  const args = ['--engine', 'vulkan', '--vram', `${vram}M`, '--metrics-port', String(metricsPort), '--mode', 'fv'];
+  if (watchdogMs !== undefined) args.push('--watchdog-ms', String(watchdogMs));
+  for (let i = 1; i < vms; i++) args.push('--vm', `name=t${i},socket=${sockets[i]},mode=fv`);
+  const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000 });
+  const end = performance.now() + 30_000;
+  while (!sockets.every((s) => fs.existsSync(s))) {
+    if (performance.now() > end || !server.alive) throw new Error(`not every VM socket appeared\n${server.tail()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { server, sockets };
+}
+
+/** Per-VM counters from the server's /metrics.json: doorbells (submissions rung) and the
+ *  scheduler's dispatches (submissions handed to the engine). */
+async function vmCounters(): Promise<Map<string, { doorbells: number; dispatches: number }>> {
+  const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics.json`);
+  const j = (await r.json()) as { vms: { vm: string; doorbells?: number; dispatches?: number }[] };
+  return new Map(j.vms.map((v) => [v.vm, { doorbells: v.doorbells ?? NaN, dispatches: v.dispatches ?? NaN }]));
+}
+
+// ---------------------------------------------------------------- phases
+
+const tps = (n: number, ms: number) => (ms > 0 ? n / (ms / 1000) : NaN);
+const r3 = (x: number) => (Number.isFinite(x) ? +x.toFixed(3) : null);
+const sliceFor = (shape: string): number => ({ tiny: 256, '135m': 1024, '1b': 4096 })[shape] ?? 4096;
+const ctxFor = (): number => 2 ** Math.ceil(Math.log2(promptTokens + genTokens));
+
+interface SideRound { promptTps: number; genTps: number; promptMs: number; genMs: number }
+
+function summarize(rs: SideRound[]) {
+  return {
+    promptTps: r3(median(rs.map((r) => r.promptTps))), genTps: r3(median(rs.map((r) => r.genTps))),
+    rounds: rs.map((r) => ({ promptTps: r3(r.promptTps), genTps: r3(r.genTps) })),
+  };
+}
+
+async function oneTenant(shape: string, model: string, modules: string, icd: string, native: string, tmp: string) {
+  const vocab = SHAPES[shape]!.vocab;
+  const prompt = promptIds(promptTokens, vocab);
+  const res: Record<string, unknown> = { shape, promptTokens, genTokens, rounds };
+  const workers: Worker[] = [];
+  let srv: ServerProcess | undefined;
+  try {
+    const w: Partial<Record<'native' | 'vugpu', Worker>> = {};
+    if (sides.includes('vugpu')) {
+      const s = await serve(tmp, 1, sliceFor(shape));
+      srv = s.server;
+      w.vugpu = new Worker('vugpu', modules, model, twinEnv(icd, s.sockets[0]!), ctxFor());
+      workers.push(w.vugpu);
+    }
+    if (sides.includes('native')) {
+      w.native = new Worker('native', modules, model, nativeEnv(native), ctxFor());
+      workers.push(w.native);
+    }
+    await Promise.all(workers.map((x) => x.ready()));
+    res.devices = Object.fromEntries(Object.entries(w).map(([k, x]) => [k, x!.device]));
+    // warm-up: pipeline creation and first-use allocations happen here
+    const ref: Record<string, number[]> = {};
+    for (const [k, x] of Object.entries(w)) {
+      const t = performance.now();
+      ref[k] = (await x!.run(prompt, genTokens)).tokens;
+      log(`${shape} ${k}: warm-up ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    }
+    const per: Record<string, SideRound[]> = { native: [], vugpu: [] };
+    let same = true;
+    for (let r = 0; r < rounds; r++) {
+      const order = Object.keys(w);
+      if (r % 2) order.reverse();
+      for (const k of order) {
+        const g = await w[k as 'native' | 'vugpu']!.run(prompt, genTokens);
+        if (g.tokens.join() !== ref[k]!.join()) same = false;
+        per[k]!.push({ promptMs: g.promptMs, genMs: g.genMs, promptTps: tps(promptTokens, g.promptMs), genTps: tps(genTokens - 1, g.genMs) });
+      }
+    }
+    for (const k of Object.keys(w)) res[k] = summarize(per[k]!);
+    res.tokensRepeatable = same;
+    if (ref.native && ref.vugpu) {
+      const n = ref.native, v = ref.vugpu;
+      const firstDiff = n.findIndex((t, i) => t !== v[i]);
+      res.tokensIdentical = firstDiff < 0 && n.length === v.length;
+      if (firstDiff >= 0) res.firstDifference = { index: firstDiff, native: n.slice(firstDiff, firstDiff + 8), vugpu: v.slice(firstDiff, firstDiff + 8) };
+      const ratio = (f: 'promptTps' | 'genTps') => spread(per.native!.map((x, i) => per.vugpu![i]![f] / x[f]));
+      res.ratio = { prompt: ratio('promptTps'), gen: ratio('genTps') };
+    }
+    res.tokens = ref.native ?? ref.vugpu;
+    return res;
+  } finally {
+    await Promise.all(workers.map((x) => x.close()));
+    await srv?.stop();
+  }
+}
+
+/** Dispatches (the driver's log) and submissions (the server's doorbells) for the prompt and
+ *  per generated token: a prompt-only request and one of 1 + countTokens tokens, differenced. */
+async function counts(shape: string, model: string, modules: string, icd: string, tmp: string) {
+  const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
+  const s = await serve(tmp, 1, sliceFor(shape));
+  const w = new Worker('vugpu-count', modules, model, { ...twinEnv(icd, s.sockets[0]!), VUGPU_VK_DEBUG: '2' }, ctxFor());
+  try {
+    await w.ready();
+    await w.run(prompt, 2, true); // warm-up
+    const measure = async (tokens: number) => {
+      const d0 = w.dispatchLines, c0 = (await vmCounters()).get('vm0')!;
+      await w.run(prompt, tokens, true);
+      const c1 = (await vmCounters()).get('vm0')!;
+      return { dispatches: w.dispatchLines - d0, doorbells: c1.doorbells - c0.doorbells, submissions: c1.dispatches - c0.dispatches };
+    };
+    const a = await measure(1);
+    const b = await measure(1 + countTokens);
+    const per = (k: 'dispatches' | 'doorbells' | 'submissions') => r3((b[k] - a[k]) / countTokens);
+    return {
+      shape, promptTokens, countTokens,
+      prompt: a,
+      perToken: { dispatches: per('dispatches'), doorbells: per('doorbells'), submissions: per('submissions') },
+      note: 'dispatches: vkCmdDispatch executed by the vugpu driver (VUGPU_VK_DEBUG=2 log); doorbells and submissions: the VM\'s doorbells_total and the scheduler\'s submissions handed to the engine (serve /metrics.json); prompt: a prompt-only request (first token included)',
+    };
+  } finally {
+    await w.close();
+    await s.server.stop();
+  }
+}
+
+async function manyTenants(shape: string, model: string, modules: string, icd: string, native: string, tmp: string, ref: number[] | undefined) {
+  const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
+  const res: Record<string, unknown> = { shape, tenants, promptTokens, genTokens, rounds };
+  const groups: Partial<Record<'native' | 'vugpu', Worker[]>> = {};
+  let srv: ServerProcess | undefined;
+  try {
+    if (sides.includes('vugpu')) {
+      const s = await serve(tmp, tenants, sliceFor(shape));
+      srv = s.server;
+      groups.vugpu = s.sockets.map((sock, i) => new Worker(`vugpu-${i}`, modules, model, twinEnv(icd, sock), ctxFor()));
+    }
+    if (sides.includes('native')) groups.native = Array.from({ length: tenants }, (_, i) => new Worker(`native-${i}`, modules, model, nativeEnv(native), ctxFor()));
+    await Promise.all(Object.values(groups).flat().map((x) => x.ready()));
+    const runAll = async (ws: Worker[]) => {
+      const t0 = performance.now();
+      const gens = await Promise.all(ws.map((x) => x.run(prompt, genTokens)));
+      const wallMs = performance.now() - t0;
+      return { gens, wallMs };
+    };
+    for (const [k, ws] of Object.entries(groups)) {
+      const t = performance.now();
+      await runAll(ws!);
+      log(`${shape} ${tenants} ${k}: warm-up ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    }
+    const per: Record<string, { genTpsSum: number; promptTpsSum: number; wallTps: number }[]> = { native: [], vugpu: [] };
+    let verified = 0, wrong = 0;
+    for (let r = 0; r < rounds; r++) {
+      const order = Object.keys(groups);
+      if (r % 2) order.reverse();
+      for (const k of order) {
+        const { gens, wallMs } = await runAll(groups[k as 'native' | 'vugpu']!);
+        for (const g of gens) if (ref && g.tokens.join() !== ref.join()) wrong++; else verified++;
+        per[k]!.push({
+          genTpsSum: gens.reduce((a, g) => a + tps(genTokens - 1, g.genMs), 0),
+          promptTpsSum: gens.reduce((a, g) => a + tps(promptTokens, g.promptMs), 0),
+          wallTps: tps(tenants * genTokens, wallMs),
+        });
+      }
+    }
+    for (const k of Object.keys(groups)) {
+      const rs = per[k]!;
+      res[k] = {
+        genTpsSum: r3(median(rs.map((x) => x.genTpsSum))), promptTpsSum: r3(median(rs.map((x) => x.promptTpsSum))),
+        wallTps: r3(median(rs.map((x) => x.wallTps))),
+        rounds: rs.map((x) => ({ genTpsSum: r3(x.genTpsSum), promptTpsSum: r3(x.promptTpsSum), wallTps: r3(x.wallTps) })),
+      };
+    }
+    if (groups.native && groups.vugpu) {
+      res.ratio = {
+        gen: spread(per.native!.map((x, i) => per.vugpu![i]!.genTpsSum / x.genTpsSum)),
+        wall: spread(per.native!.map((x, i) => per.vugpu![i]!.wallTps / x.wallTps)),
+      };
+    }
+    res.streams = { verified, wrong, against: ref ? 'the one-tenant run\'s tokens' : 'nothing (no one-tenant reference)' };
+    res.note = 'genTpsSum: the tenants\' generation tokens/s summed (each over its own generation); wallTps: tenants × tokens over the wall time of the round (prompts included)';
+    return res;
+  } finally {
+    await Promise.all(Object.values(groups).flat().map((x) => x.close()));
+    await srv?.stop();
+  }
+}
+
+function twinEnv(icd: string, socket: string): Record<string, string> {
+  // vugpu's driver alone: the loader must not find the host's driver beside it
+  return { VK_DRIVER_FILES: icd, VK_ICD_FILENAMES: icd, VUGPU_SOCKET: socket, GGML_VK_VISIBLE_DEVICES: '0' };
+}
+function nativeEnv(icd: string): Record<string, string> {
+  // ggml-vulkan skips CPU-type devices (lavapipe) unless named
+  return { VK_DRIVER_FILES: icd, VK_ICD_FILENAMES: icd, GGML_VK_VISIBLE_DEVICES: '0' };
+}
+
+// ---------------------------------------------------------------- main
+
+async function main(): Promise<number> {
+  const modules = modulesDir();
+  const icd = sides.includes('vugpu') ? vugpuIcd() : '';
+  const native = nativeIcd();
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-'));
+  const result: Record<string, unknown> = {
+    complete: false,
+    config: { watchdogMs: watchdogMs ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version },
+    oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, tenants: {} as Record<string, unknown>,
+    skipped: [] as string[], errors: [] as string[],
+  };
+  // the result's name: the host's Vulkan device as the server sees it (lavapipe, h200, …)
+  const device = str('device') ?? resultDevice(vulkanDevices()[0]?.name);
+  const save = () => {
+    const f = writeBenchResult(BENCH, device, result, variant);
+    log(`wrote ${path.relative(repoRoot, f)}`);
+  };
+  const phase = async (name: string, minS: number, fn: () => Promise<Record<string, unknown>>, into: Record<string, unknown>, key: string) => {
+    if (timeLeftS() < minS) {
+      (result.skipped as string[]).push(`${name}: ${timeLeftS().toFixed(0)} s left of --deadline-s`);
+      log(`skipping ${name}: out of time`);
+      return undefined;
+    }
+    log(`${name}…`);
+    try {
+      const r = await fn();
+      into[key] = r;
+      save();
+      return r;
+    } catch (e) {
+      const msg = `${name}: ${(e as Error).message}`;
+      (result.errors as string[]).push(msg.slice(0, 4000));
+      console.error(`bench:llama: ${msg}`);
+      save();
+      return undefined;
+    }
+  };
+  let failed = false;
+  for (const shape of shapes) {
+    const model = modelFile(shape);
+    const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp), result.oneTenant as Record<string, unknown>, shape);
+    if (!one || (one.tokensIdentical === false)) failed = true;
+    if (sides.includes('vugpu')) await phase(`${shape}: counts`, 30, () => counts(shape, model, modules, icd, tmp), result.counts as Record<string, unknown>, shape);
+    if (tenants > 0) {
+      const many = await phase(`${shape}: ${tenants} tenants`, 60, () => manyTenants(shape, model, modules, icd, native, tmp, one?.tokens as number[] | undefined), result.tenants as Record<string, unknown>, shape);
+      if (!many || (many.streams as { wrong: number }).wrong > 0) failed = true;
+    }
+  }
+  result.complete = (result.skipped as string[]).length === 0 && (result.errors as string[]).length === 0;
+  save();
+  fs.rmSync(tmp, { recursive: true, force: true });
+
+  const rows = shapes.map((s) => {
+    const r = (result.oneTenant as Record<string, Record<string, { promptTps: number; genTps: number } | undefined>>)[s];
+    const m = (result.tenants as Record<string, Record<string, { genTpsSum: number } | undefined>>)[s];
+    const c = (result.counts as Record<string, { perToken: { dispatches: number; doorbells: number } }>)[s];
+    const ratio = (r as { ratio?: { prompt: { median: number } | null; gen: { median: number } | null } } | undefined)?.ratio;
+    return [s, r?.native?.promptTps, r?.vugpu?.promptTps, ratio?.prompt?.median?.toFixed(3), r?.native?.genTps, r?.vugpu?.genTps, ratio?.gen?.median?.toFixed(3),
+      (r as { tokensIdentical?: boolean } | undefined)?.tokensIdentical === undefined ? '' : String((r as { tokensIdentical?: boolean }).tokensIdentical),
+      c?.perToken.dispatches, c?.perToken.doorbells, m?.native?.genTpsSum, m?.vugpu?.genTpsSum];
+  });
+  console.log(textTable(['shape', 'prompt t/s native', 'vugpu', 'ratio', 'gen t/s native', 'vugpu', 'ratio', 'same ids', 'disp/tok', 'doorbells/tok', `${tenants}× gen native`, 'vugpu'], rows));
+  return failed || !result.complete ? 1 : 0;
+}
+
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    for (const c of children) c.kill('SIGKILL');
+    process.exit(130);
+  });
+}
+main().then((code) => process.exit(code), (e: Error) => {
+  for (const c of children) c.kill('SIGKILL');
+  console.error(`bench:llama: ${e.message}`);
+  process.exit(1);
+});
