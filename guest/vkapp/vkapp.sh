@@ -8,6 +8,9 @@
 #   vulkaninfo [args]        vulkaninfo with the vugpu ICD
 #   llama <model> <gpu> <n>  llama-run.ts: greedy tokens of /opt/models/<model>.gguf (gpu: vulkan|cpu)
 #   sh <script>              any command line in the image (':' for spaces)
+#   suite <n>                the driver's checks in one boot: vulkaninfo --summary, the full
+#                            vulkaninfo under the validation layer, llama tiny on vulkan (n
+#                            tokens), vkfft-check; a VUGPU-CHECK record for each
 # Each prints VUGPU-* records around its output; the exit status is the command's.
 KO=/opt/vugpu/vugpu.ko
 pv=0
@@ -40,6 +43,24 @@ case "$cmd" in
   vulkaninfo) chroot $A vulkaninfo "$@" ;;
   llama) chroot $A node /opt/vugpu/llama-run.ts --modules /opt/llama --model "/opt/models/$1.gguf" --gpu "$2" --tokens "$3" --record ;;
   sh) chroot $A /bin/sh -c "$(echo "$*" | tr ':' ' ')" ;;
+  suite)
+    fails=0
+    chroot $A vulkaninfo --summary >/tmp/summary 2>&1
+    r=$?
+    cat /tmp/summary
+    ok=false; [ $r = 0 ] && grep -q 'vugpu' /tmp/summary && ok=true
+    [ $ok = true ] || fails=$((fails + 1))
+    echo "VUGPU-CHECK {\"check\":\"vulkaninfo-summary\",\"ok\":$ok,\"rc\":$r}"
+    VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation chroot $A vulkaninfo >/tmp/full 2>&1
+    r=$?
+    n=$(grep -c 'Validation Error' /tmp/full)
+    grep 'Validation Error' /tmp/full | head -5
+    ok=false; [ $r = 0 ] && [ "$n" = 0 ] && grep -q 'VK_LAYER_KHRONOS_validation' /tmp/full && ok=true
+    [ $ok = true ] || fails=$((fails + 1))
+    echo "VUGPU-CHECK {\"check\":\"vulkaninfo-validation\",\"ok\":$ok,\"rc\":$r,\"validationErrors\":$n,\"lines\":$(wc -l </tmp/full)}"
+    chroot $A node /opt/vugpu/llama-run.ts --modules /opt/llama --model /opt/models/tiny.gguf --gpu vulkan --tokens "$1" --record || fails=$((fails + 1))
+    chroot $A /opt/vugpu/vkfft-check || fails=$((fails + 1))
+    [ $fails = 0 ] ;;
   *) echo "VUGPU-ERROR {\"error\":\"unknown vkapp command $cmd\"}"; false ;;
 esac
 rc=$?

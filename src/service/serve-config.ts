@@ -50,7 +50,7 @@ export const SERVE_OPTIONS: readonly OptionDef[] = [
   { key: 'vram', kind: kinds.vram, arg: 'SIZE', help: 'engine VRAM (default 1G)' },
   { key: 'channels', kind: kinds.channels, arg: 'N', help: 'physical channels (default 64)' },
   { key: 'watchdog-ms', kind: kinds.watchdogMs, arg: 'MS', help: 'engine watchdog for one job (default 10000)' },
-  { key: 'policy', kind: kinds.policy, arg: 'NAME', help: `scheduler: ${kinds.policy.form.replace(/^one of /, '')} (default band); ${POLICY_SHARES}` },
+  { key: 'policy', kind: kinds.policy, arg: 'NAME', help: `scheduler: ${kinds.policy.form.replace(/^one of /, '')} (default fair); ${POLICY_SHARES}` },
   { key: 'band-yield-us', kind: kinds.bandYieldUs, arg: 'US', help: "BAND's yield window (default 500)" },
   { key: 'metrics-port', kind: kinds.port, arg: 'PORT', help: 'serve /metrics and /metrics.json on this TCP port (0: any free one)' },
   { key: 'metrics-host', kind: kinds.host, arg: 'ADDR', help: 'address of the metrics server (default 127.0.0.1)' },
@@ -131,7 +131,9 @@ export function serveSettings(argv: readonly string[]): ServeSettings {
   const vramSize = get(cmd, args, 'vram', kinds.vram, 1 << 30);
   checkSlicesFit(vms, vramSize, where);
 
-  const policy = get(cmd, args, 'policy', kinds.policy, 'band');
+  // fair by default: it is the policy that keeps every busy VM's share, also beside a VM that
+  // resubmits at once (band can leave a VM with gaps between its jobs below its share).
+  const policy = get(cmd, args, 'policy', kinds.policy, 'fair');
   const yieldUs = get(cmd, args, 'band-yield-us', kinds.bandYieldUs);
   if (yieldUs !== undefined && policy !== 'band') {
     throw new UsageError(`vugpu serve: band-yield-us ${yieldUs}: applies to policy band only (policy is ${policy}).`);
