@@ -90,7 +90,7 @@ describe.skipIf(why !== null)(`vugpu under a real systemd${why ? ` (skipped: thi
     await until(restarted(pid1, 1), 60_000, 'the restart after SIGKILL').catch(async (e: Error) => {
       throw new Error(`${e.message}\n${await journalTail()}`);
     });
-    expect(await c.sh('vugpu ctl status')).toMatch(/^vugpu pid \d+, API v1, policy band/);
+    expect(await c.sh('vugpu ctl status')).toMatch(/^vugpu pid \d+, API v1, policy fair/);
     p = await c.show('vugpu', 'MainPID');
     const pid2 = Number(p.MainPID);
 
