@@ -9,7 +9,7 @@
 //                --rounds rounds interleaved (the order alternates): prompt tokens/s over a
 //                --prompt-tokens prompt, generation tokens/s over --tokens greedy tokens; token
 //                ids must be identical on both sides and in every round;
-//   counts       an untimed vugpu worker with the driver's dispatch log (VUGPU_VK_DEBUG=2):
+//   counts       then, on the same server, an untimed vugpu worker with the driver's dispatch log (VUGPU_VK_DEBUG=2):
 //                dispatches and submissions (the server's doorbells, /metrics.json) for the
 //                prompt and per generated token;
 //   tenants      --tenants native workers generating at once against as many vugpu workers
@@ -35,7 +35,7 @@ import { startServer, type ServerProcess } from '../src/vm/server-process.ts';
 import { vulkanDevices } from '../src/gpu/vulkan.ts';
 import { LineSplitter } from '../src/vm/console.ts';
 import { freePort, median, outVariant, repoRoot, resultDevice, spread, textTable, writeBenchResult } from './lib/common.ts';
-import { SHAPES, writeLlamaGguf, type WeightType } from './lib/gguf.ts';
+import { SHAPES, type WeightType } from './lib/gguf.ts';
 
 const BENCH = 'llama';
 
@@ -131,19 +131,28 @@ function nativeIcd(): string {
   return path.join(dir, f);
 }
 
-/** The model for a shape: generated once (seed 1) into --model-dir (default $VUGPU_CACHE/models). */
-function modelFile(shape: string): string {
+/** The model for a shape: generated once (seed 1) into --model-dir (default $VUGPU_CACHE/models),
+ *  each in a process of its own, all at once: the larger shapes' minutes of writing overlap the
+ *  smaller shapes' measurements instead of preceding them. */
+function modelFile(shape: string): Promise<string> {
   const dir = str('model-dir') ?? path.join(process.env.VUGPU_CACHE ?? '/var/cache/vugpu', 'models');
   const file = path.join(dir, `${shape}-${wtype}-seed1.gguf`);
-  if (!fs.existsSync(file)) {
-    const t = performance.now();
-    fs.mkdirSync(dir, { recursive: true });
-    const tmp = `${file}.${process.pid}.tmp`;
-    fs.writeFileSync(tmp, writeLlamaGguf(SHAPES[shape]!, wtype, 1));
+  if (fs.existsSync(file)) return Promise.resolve(file);
+  fs.mkdirSync(dir, { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  const t = performance.now();
+  const child = spawn(process.execPath, [path.join(repoRoot, 'bench/lib/gguf.ts'), '--shape', shape, '--type', wtype, '--seed', '1', '--out', tmp],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.add(child);
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  return new Promise((resolve, reject) => child.on('close', (code) => {
+    children.delete(child);
+    if (code !== 0) return reject(new Error(`writing the ${shape} model failed (exit ${code}): ${err.trim()}`));
     fs.renameSync(tmp, file);
     log(`model ${shape} ${wtype}: ${(fs.statSync(file).size / 2 ** 20).toFixed(1)} MiB in ${((performance.now() - t) / 1000).toFixed(1)} s → ${file}`);
-  }
-  return file;
+    resolve(file);
+  }));
 }
 
 /** A fixed prompt of token ids (ids 0–2 are unknown/BOS/EOS in the writer's vocabulary). */
@@ -313,17 +322,20 @@ function summarize(rs: SideRound[]) {
   };
 }
 
-async function oneTenant(shape: string, model: string, modules: string, icd: string, native: string, tmp: string) {
+async function oneTenant(shape: string, model: string, modules: string, icd: string, native: string, tmp: string,
+  countsInto: Record<string, unknown>) {
   const vocab = SHAPES[shape]!.vocab;
   const prompt = promptIds(promptTokens, vocab);
   const res: Record<string, unknown> = { shape, promptTokens, genTokens, rounds };
   const workers: Worker[] = [];
   let srv: ServerProcess | undefined;
+  let socket = '';
   try {
     const w: Partial<Record<'native' | 'vugpu', Worker>> = {};
     if (sides.includes('vugpu')) {
       const s = await serve(tmp, 1, sliceFor(shape));
       srv = s.server;
+      socket = s.sockets[0]!;
       w.vugpu = new Worker('vugpu', modules, model, twinEnv(icd, s.sockets[0]!), ctxFor());
       workers.push(w.vugpu);
     }
@@ -362,6 +374,16 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
       res.ratio = { prompt: ratio('promptTps'), gen: ratio('genTps') };
     }
     res.tokens = ref.native ?? ref.vugpu;
+    if (w.vugpu) {
+      // the counts on the same server (its programs are prepared already), the timed worker gone
+      await w.vugpu.close();
+      log(`${shape}: counts…`);
+      try {
+        countsInto[shape] = await counts(shape, model, modules, icd, socket);
+      } catch (e) {
+        countsInto[shape] = { error: (e as Error).message.slice(0, 4000) };
+      }
+    }
     return res;
   } finally {
     await Promise.all(workers.map((x) => x.close()));
@@ -371,10 +393,9 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
 
 /** Dispatches (the driver's log) and submissions (the server's doorbells) for the prompt and
  *  per generated token: a prompt-only request and one of 1 + countTokens tokens, differenced. */
-async function counts(shape: string, model: string, modules: string, icd: string, tmp: string) {
+async function counts(shape: string, model: string, modules: string, icd: string, socket: string) {
   const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
-  const s = await serve(tmp, 1, sliceFor(shape));
-  const w = new Worker('vugpu-count', modules, model, { ...twinEnv(icd, s.sockets[0]!), VUGPU_VK_DEBUG: '2' }, ctxFor());
+  const w = new Worker('vugpu-count', modules, model, { ...twinEnv(icd, socket), VUGPU_VK_DEBUG: '2' }, ctxFor());
   try {
     await w.ready();
     await w.run(prompt, 2, true); // warm-up
@@ -395,7 +416,6 @@ async function counts(shape: string, model: string, modules: string, icd: string
     };
   } finally {
     await w.close();
-    await s.server.stop();
   }
 }
 
@@ -510,11 +530,19 @@ async function main(): Promise<number> {
     }
   };
   let failed = false;
+  const models = new Map(shapes.map((sh) => [sh, modelFile(sh)]));
+  for (const p of models.values()) p.catch(() => {}); // awaited below, shape by shape
   for (const shape of shapes) {
-    const model = modelFile(shape);
-    const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp), result.oneTenant as Record<string, unknown>, shape);
+    let model: string;
+    try {
+      model = await models.get(shape)!;
+    } catch (e) {
+      (result.errors as string[]).push((e as Error).message);
+      failed = true;
+      continue;
+    }
+    const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp, result.counts as Record<string, unknown>), result.oneTenant as Record<string, unknown>, shape);
     if (!one || (one.tokensIdentical === false)) failed = true;
-    if (sides.includes('vugpu')) await phase(`${shape}: counts`, 30, () => counts(shape, model, modules, icd, tmp), result.counts as Record<string, unknown>, shape);
     if (tenants > 0) {
       const many = await phase(`${shape}: ${tenants} tenants`, 60, () => manyTenants(shape, model, modules, icd, native, tmp, one?.tokens as number[] | undefined), result.tenants as Record<string, unknown>, shape);
       if (!many || (many.streams as { wrong: number }).wrong > 0) failed = true;
@@ -527,11 +555,11 @@ async function main(): Promise<number> {
   const rows = shapes.map((s) => {
     const r = (result.oneTenant as Record<string, Record<string, { promptTps: number; genTps: number } | undefined>>)[s];
     const m = (result.tenants as Record<string, Record<string, { genTpsSum: number } | undefined>>)[s];
-    const c = (result.counts as Record<string, { perToken: { dispatches: number; doorbells: number } }>)[s];
+    const c = (result.counts as Record<string, { perToken?: { dispatches: number; doorbells: number } }>)[s];
     const ratio = (r as { ratio?: { prompt: { median: number } | null; gen: { median: number } | null } } | undefined)?.ratio;
     return [s, r?.native?.promptTps, r?.vugpu?.promptTps, ratio?.prompt?.median?.toFixed(3), r?.native?.genTps, r?.vugpu?.genTps, ratio?.gen?.median?.toFixed(3),
       (r as { tokensIdentical?: boolean } | undefined)?.tokensIdentical === undefined ? '' : String((r as { tokensIdentical?: boolean }).tokensIdentical),
-      c?.perToken.dispatches, c?.perToken.doorbells, m?.native?.genTpsSum, m?.vugpu?.genTpsSum];
+      c?.perToken?.dispatches, c?.perToken?.doorbells, m?.native?.genTpsSum, m?.vugpu?.genTpsSum];
   });
   console.log(textTable(['shape', 'prompt t/s native', 'vugpu', 'ratio', 'gen t/s native', 'vugpu', 'ratio', 'same ids', 'disp/tok', 'doorbells/tok', `${tenants}× gen native`, 'vugpu'], rows));
   return failed || !result.complete ? 1 : 0;
