@@ -801,8 +801,19 @@ static VkResult create_pipeline(struct vkv_device *d, const VkComputePipelineCre
 	pthread_mutex_lock(&vkv_lock);
 	if (!s->prog) {
 		struct vkv_prog *pr = calloc(1, sizeof(*pr));
+		uint64_t seq = 0;
 
-		r = pr ? vgProgramLoad(d->ctx, s->words, s->bytes, &pr->prog) : VG_ERROR_OUT_OF_MEMORY;
+		/*
+		 * A module is loaded while the device is idle. Loaded beside a running launch batch
+		 * (llama.cpp compiles pipelines on worker threads while the graph runs), the new
+		 * module's buffer sometimes faulted as not mapped when its deferred clear ran, losing
+		 * the device; not understood yet (docs/vulkan.md, Limits). A module loads once.
+		 */
+		r = pr ? vgFlushFence(d->ctx, &seq) : VG_ERROR_OUT_OF_MEMORY;
+		if (!r && vkv_wait_seq(d, seq, UINT64_MAX))
+			r = VG_ERROR_LAUNCH_FAILED;
+		if (!r)
+			r = vgProgramLoad(d->ctx, s->words, s->bytes, &pr->prog);
 		if (r) {
 			free(pr);
 			pthread_mutex_unlock(&vkv_lock);
