@@ -4,7 +4,8 @@
 // through it: copies, fill, update, spec + push constants, 8/16-bit storage, indirect dispatch,
 // events, timestamps, timeline semaphores, subgroup sums, a module refused at pipeline creation
 // and a device lost beside a working one. The validation layer must find nothing on the driver's
-// side. The programs run on the server's program device (lavapipe here).
+// side. Then llama.cpp, unmodified, generates the CPU backend's tokens through it. The programs
+// run on the server's program device (lavapipe here).
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -12,6 +13,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Vugpu } from '../../src/server.ts';
 import { native } from '../../src/native.ts';
+import { llamaModel, llamaModules, runLlama } from '../../bench/lib/llama.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const LAYER = '/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json';
@@ -119,6 +121,18 @@ describe.skipIf(!hasGlslang || programDevices === 0)('Vulkan ICD over the native
     for (const name of [...CHECKS, 'validation']) expect(c.get(name)?.ok, `${name}: ${r.out}`).toBe(true);
     expect(r.code, r.out).toBe(0);
   }, 300_000);
+
+  // an unmodified application: node-llama-cpp 3.21.1's prebuilt Vulkan build (scripts/llama-deps.sh
+  // installs it from npm once); the tiny model is F32, so the CPU backend is a token-exact reference
+  it('llama.cpp through the driver: greedy tokens equal the CPU backend\'s', async () => {
+    const modules = llamaModules();
+    const model = llamaModel('tiny', 'f32');
+    const cpu = await runLlama({ modules, model, gpu: 'cpu', tokens: 8 });
+    const vk = await runLlama({ modules, model, gpu: 'vulkan', tokens: 8, env, timeoutMs: 500_000 });
+    expect(vk.device).toBe('vugpu GPU (host)');
+    expect(vk.tokens).toHaveLength(8);
+    expect(vk.tokens).toEqual(cpu.tokens);
+  }, 600_000);
 
   it('no vugpu device: the loader sees none, the application gets a clean error', async () => {
     const r = await run(path.join(dir, 'vk-icd-check'), [dir], { ...env, VUGPU_SOCKET: path.join(dir, 'nothing.sock') });
