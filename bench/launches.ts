@@ -118,8 +118,10 @@ async function main(): Promise<void> {
       const manifest = loadManifest();
       const socket = path.join(dir, 'guest.sock');
       const server = await startServer({
-        socket, readyTimeoutMs: 120_000, args: ['--mode', 'fv', '--vram', '1G', '--engine', opt.engine!, '--log-level', 'warn'],
+        socket, readyTimeoutMs: 120_000, args: ['--mode', 'fv', '--vram', '1G', '--engine', opt.engine!],
       });
+      const logged = server.output.map((l) => /"programDevice":"([^"]*)"/.exec(l)?.[1]).find((x) => x !== undefined);
+      if (logged !== undefined) device = resultDevice(logged);
       try {
         process.stderr.write(`[launches] guest (fv, kernel driver): ${guestLaunches} launches\n`);
         const ctx = context();
