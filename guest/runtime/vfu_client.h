@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A minimal vfio-user client (the protocol QEMU's vfio-user-pci speaks; see
- * /work/shared/notes/vfio-user.md and QEMU docs/interop/vfio-user.rst), enough for a user-space
+ * A minimal vfio-user client (the protocol QEMU's vfio-user-pci speaks; see QEMU's
+ * docs/interop/vfio-user.rst and, for the server's side, src/device-model/README.md), enough for a user-space
  * driver to own a vugpu device without a VM: VERSION, DMA_MAP of its own memory (with the fd, so
  * the server maps it directly), region info with the BAR1 fd to mmap, config space access,
  * MSI-X eventfds (SET_IRQS), BAR0 REGION_READ/REGION_WRITE, DEVICE_RESET. Synchronous: one

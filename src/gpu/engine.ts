@@ -134,7 +134,8 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
   reset(): void {
     this.fifo.reset();
     // A reset device keeps none of the guests' programs; the built-ins are the host's and stay
-    // compiled (recompiled per pt client, the first launch of each cost the H100 ~0.1–0.2 s).
+    // compiled (recompiled per pt client, each one's first launch would wait for the driver's
+    // compile again: docs/results.md has what that costs on a GPU).
     this.cp.programs?.dropAllBut(BUILTIN_OWNER);
     this.regs.reset();
     this.resetAt = process.hrtime.bigint();

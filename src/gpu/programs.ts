@@ -72,9 +72,10 @@ export interface DispatchJob {
   way?: number;
 }
 
-/** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */
+/** How a device needs windows of READ_ONLY buffers mapped (ProgramBackend.readOnlyWindows). */
 export type ReadOnlyWindows = 'private' | 'shared' | 'fresh';
 
+/** A device that runs SPIR-V programs (vulkan.ts). Completions come back like native jobs. */
 export interface ProgramBackend {
   /** The device's name (startup log, /metrics, benchmark JSON). */
   readonly device: string;

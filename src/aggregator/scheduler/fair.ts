@@ -7,7 +7,7 @@
 // repeats with a period that divides W. Greedy policies (least-served first, with or without
 // waiting for the VM behind) settle into a cycle of one long kernel plus the short VM's
 // catch-up, ~225 ms when the short VM's doorbell gap is 0.25 ms per 1 ms kernel (TCG): 4.4
-// cycles per window, median unfairness 5–7 % in the simulation tests even with equal long-run
+// cycles per window, a median unfairness of several percent in the simulation tests even with equal long-run
 // shares. FAIR makes the schedule tile the window:
 //
 //   1. Charge device time only (idle time belongs to nobody): vt = Σ device ns / weight.
