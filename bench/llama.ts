@@ -385,6 +385,8 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
       }
     }
     return res;
+  } catch (e) {
+    throw await serverDied(e as Error, srv);
   } finally {
     await Promise.all(workers.map((x) => x.close()));
     await srv?.stop();
@@ -475,10 +477,19 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
     res.streams = { verified, wrong, against: ref ? 'the one-tenant run\'s tokens' : 'nothing (no one-tenant reference)' };
     res.note = 'genTpsSum: the tenants\' generation tokens/s summed (each over its own generation); wallTps: tenants × tokens over the wall time of the round (prompts included)';
     return res;
+  } catch (e) {
+    throw await serverDied(e as Error, srv);
   } finally {
     await Promise.all(Object.values(groups).flat().map((x) => x.close()));
     await srv?.stop();
   }
+}
+
+/** A worker's error says "device lost" also when the server under it crashed: say which. */
+async function serverDied(e: Error, srv: ServerProcess | undefined): Promise<Error> {
+  await new Promise((r) => setTimeout(r, 500)); // the server's exit may be reported after the worker's error
+  if (srv && !srv.alive) e.message += `\n(vugpu serve had exited; its last lines:)\n${srv.tail(8)}`;
+  return e;
 }
 
 function twinEnv(icd: string, socket: string): Record<string, string> {
