@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { KeeperClient } from '../../src/persist/keeper-client.ts';
 import { nodeBinary } from '../../src/vm/server-process.ts';
 import { useTwin } from '../guest/twin.ts';
 
@@ -60,6 +61,28 @@ const progress = (out: string[]): number => {
 const records = (out: string[], kind: string): Record<string, unknown>[] =>
   out.filter((l) => l.startsWith(`${kind} `)).map((l) => JSON.parse(l.slice(kind.length + 1)) as Record<string, unknown>);
 
+/** End the fd keeper of a state directory if one still answers (it outlives a killed server). */
+async function stopKeeper(socket: string): Promise<void> {
+  const k = KeeperClient.tryConnect(socket);
+  if (!k) return;
+  let pid = 0;
+  try {
+    await k.hello('control');
+    pid = (await k.status()).pid;
+  } catch {
+    // gone meanwhile
+  } finally {
+    k.close();
+  }
+  if (pid > 0) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
+}
+
 const procs: Proc[] = [];
 afterAll(() => {
   for (const x of procs) if (x.p.exitCode === null && x.p.signalCode === null) x.p.kill('SIGKILL');
@@ -100,8 +123,11 @@ describe('native twin: a server crash costs at most the launch in flight', () =>
       } finally {
         client.p.kill('SIGTERM');
         await Promise.race([client.closed, sleep(20_000)]);
+        // a clean stop takes the fd keeper with it; one still answering after that is ended here
+        server.p.kill('SIGTERM');
+        await Promise.race([server.closed, sleep(10_000)]);
         server.p.kill('SIGKILL');
-        await server.closed;
+        await stopKeeper(path.join(dir, 'keeper.sock'));
       }
       const errors = records(client.out, 'VUGPU-B2B-ERROR');
       const result = records(client.out, 'VUGPU-B2B');
