@@ -343,29 +343,47 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
       w.native = new Worker('native', modules, model, nativeEnv(native), ctxFor());
       workers.push(w.native);
     }
-    await Promise.all(workers.map((x) => x.ready()));
+    // A side that fails is dropped (its error kept): the other side's numbers still count.
+    const sideErrors: Record<string, string> = {};
+    const drop = async (k: string, e: unknown) => {
+      sideErrors[k] = (await serverDied(e as Error, k === 'vugpu' ? srv : undefined)).message.slice(0, 4000);
+      log(`${shape} ${k}: failed, dropped: ${sideErrors[k]!.split('\n')[0]}`);
+      delete w[k as 'native' | 'vugpu'];
+    };
+    res.sideErrors = sideErrors;
+    const ready = await Promise.allSettled(Object.values(w).map((x) => x!.ready()));
+    for (const [i, k] of Object.keys(w).entries()) if (ready[i]!.status === 'rejected') await drop(k, (ready[i] as PromiseRejectedResult).reason);
     res.devices = Object.fromEntries(Object.entries(w).map(([k, x]) => [k, x!.device]));
     // warm-up: pipeline creation and first-use allocations happen here
     const ref: Record<string, number[]> = {};
     for (const [k, x] of Object.entries(w)) {
       const t = performance.now();
-      ref[k] = (await x!.run(prompt, genTokens)).tokens;
-      log(`${shape} ${k}: warm-up ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      try {
+        ref[k] = (await x!.run(prompt, genTokens)).tokens;
+        log(`${shape} ${k}: warm-up ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      } catch (e) {
+        await drop(k, e);
+      }
     }
+    if (Object.keys(w).length === 0) throw new Error(Object.entries(sideErrors).map(([k, e]) => `${k}: ${e}`).join('\n'));
     const per: Record<string, SideRound[]> = { native: [], vugpu: [] };
     let same = true;
     for (let r = 0; r < rounds; r++) {
       const order = Object.keys(w);
       if (r % 2) order.reverse();
       for (const k of order) {
-        const g = await w[k as 'native' | 'vugpu']!.run(prompt, genTokens);
-        if (g.tokens.join() !== ref[k]!.join()) same = false;
-        per[k]!.push({ promptMs: g.promptMs, genMs: g.genMs, promptTps: tps(promptTokens, g.promptMs), genTps: tps(genTokens - 1, g.genMs) });
+        try {
+          const g = await w[k as 'native' | 'vugpu']!.run(prompt, genTokens);
+          if (g.tokens.join() !== ref[k]!.join()) same = false;
+          per[k]!.push({ promptMs: g.promptMs, genMs: g.genMs, promptTps: tps(promptTokens, g.promptMs), genTps: tps(genTokens - 1, g.genMs) });
+        } catch (e) {
+          await drop(k, e);
+        }
       }
     }
-    for (const k of Object.keys(w)) res[k] = summarize(per[k]!);
+    for (const k of ['native', 'vugpu']) if (per[k]!.length) res[k] = summarize(per[k]!);
     res.tokensRepeatable = same;
-    if (ref.native && ref.vugpu) {
+    if (ref.native && ref.vugpu && per.native!.length === rounds && per.vugpu!.length === rounds) {
       const n = ref.native, v = ref.vugpu;
       const firstDiff = n.findIndex((t, i) => t !== v[i]);
       res.tokensIdentical = firstDiff < 0 && n.length === v.length;
@@ -374,7 +392,7 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
       res.ratio = { prompt: ratio('promptTps'), gen: ratio('genTps') };
     }
     res.tokens = ref.native ?? ref.vugpu;
-    if (w.vugpu) {
+    if (w.vugpu && !sideErrors.vugpu) {
       // the counts on the same server (its programs are prepared already), the timed worker gone
       await w.vugpu.close();
       log(`${shape}: counts…`);
@@ -433,7 +451,19 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
       groups.vugpu = s.sockets.map((sock, i) => new Worker(`vugpu-${i}`, modules, model, twinEnv(icd, sock), ctxFor()));
     }
     if (sides.includes('native')) groups.native = Array.from({ length: tenants }, (_, i) => new Worker(`native-${i}`, modules, model, nativeEnv(native), ctxFor()));
-    await Promise.all(Object.values(groups).flat().map((x) => x.ready()));
+    const sideErrors: Record<string, string> = {};
+    res.sideErrors = sideErrors;
+    const drop = async (k: string, e: unknown) => {
+      sideErrors[k] = (await serverDied(e as Error, k === 'vugpu' ? srv : undefined)).message.slice(0, 4000);
+      log(`${shape} ${tenants} ${k}: failed, dropped: ${sideErrors[k]!.split('\n')[0]}`);
+      await Promise.all(groups[k as 'native' | 'vugpu']!.map((x) => x.close()));
+      delete groups[k as 'native' | 'vugpu'];
+    };
+    for (const [k, ws] of Object.entries(groups)) {
+      const ready = await Promise.allSettled(ws!.map((x) => x.ready()));
+      const bad = ready.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;
+      if (bad) await drop(k, bad.reason);
+    }
     const runAll = async (ws: Worker[]) => {
       const t0 = performance.now();
       const gens = await Promise.all(ws.map((x) => x.run(prompt, genTokens)));
@@ -442,16 +472,27 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
     };
     for (const [k, ws] of Object.entries(groups)) {
       const t = performance.now();
-      await runAll(ws!);
-      log(`${shape} ${tenants} ${k}: warm-up ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      try {
+        await runAll(ws!);
+        log(`${shape} ${tenants} ${k}: warm-up ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      } catch (e) {
+        await drop(k, e);
+      }
     }
+    if (Object.keys(groups).length === 0) throw new Error(Object.entries(sideErrors).map(([k, e]) => `${k}: ${e}`).join('\n'));
     const per: Record<string, { genTpsSum: number; promptTpsSum: number; wallTps: number }[]> = { native: [], vugpu: [] };
     let verified = 0, wrong = 0;
     for (let r = 0; r < rounds; r++) {
       const order = Object.keys(groups);
       if (r % 2) order.reverse();
       for (const k of order) {
-        const { gens, wallMs } = await runAll(groups[k as 'native' | 'vugpu']!);
+        let gens: Gen[], wallMs: number;
+        try {
+          ({ gens, wallMs } = await runAll(groups[k as 'native' | 'vugpu']!));
+        } catch (e) {
+          await drop(k, e);
+          continue;
+        }
         for (const g of gens) if (ref && g.tokens.join() !== ref.join()) wrong++; else verified++;
         per[k]!.push({
           genTpsSum: gens.reduce((a, g) => a + tps(genTokens - 1, g.genMs), 0),
@@ -460,15 +501,16 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
         });
       }
     }
-    for (const k of Object.keys(groups)) {
+    for (const k of ['native', 'vugpu']) {
       const rs = per[k]!;
+      if (!rs.length) continue;
       res[k] = {
         genTpsSum: r3(median(rs.map((x) => x.genTpsSum))), promptTpsSum: r3(median(rs.map((x) => x.promptTpsSum))),
         wallTps: r3(median(rs.map((x) => x.wallTps))),
         rounds: rs.map((x) => ({ genTpsSum: r3(x.genTpsSum), promptTpsSum: r3(x.promptTpsSum), wallTps: r3(x.wallTps) })),
       };
     }
-    if (groups.native && groups.vugpu) {
+    if (per.native!.length === rounds && per.vugpu!.length === rounds) {
       res.ratio = {
         gen: spread(per.native!.map((x, i) => per.vugpu![i]!.genTpsSum / x.genTpsSum)),
         wall: spread(per.native!.map((x, i) => per.vugpu![i]!.wallTps / x.wallTps)),
@@ -553,13 +595,13 @@ async function main(): Promise<number> {
       continue;
     }
     const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp, result.counts as Record<string, unknown>), result.oneTenant as Record<string, unknown>, shape);
-    if (!one || (one.tokensIdentical === false)) failed = true;
+    if (!one || one.tokensIdentical === false || Object.keys(one.sideErrors as object).length) failed = true;
     if (tenants > 0) {
       const many = await phase(`${shape}: ${tenants} tenants`, 60, () => manyTenants(shape, model, modules, icd, native, tmp, one?.tokens as number[] | undefined), result.tenants as Record<string, unknown>, shape);
-      if (!many || (many.streams as { wrong: number }).wrong > 0) failed = true;
+      if (!many || (many.streams as { wrong: number }).wrong > 0 || Object.keys(many.sideErrors as object).length) failed = true;
     }
   }
-  result.complete = (result.skipped as string[]).length === 0 && (result.errors as string[]).length === 0;
+  result.complete = !failed && (result.skipped as string[]).length === 0 && (result.errors as string[]).length === 0;
   save();
   fs.rmSync(tmp, { recursive: true, force: true });
 
