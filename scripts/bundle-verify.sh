@@ -5,6 +5,8 @@
 # PATH=/usr/bin:/bin` and an empty HOME:
 #   bin/vugpu --help, bin/vugpu --bundle-info (every file intact, every library resolves),
 #   bin/vugpu-twin --list, bin/vugpu-smoke in pt and in fv (serve --engine native + the twin),
+#   the Vulkan driver's libraries (twin/vulkan/), with --with-llama the Vulkan prebuilt's
+#   libraries and bench/llama.ts's flag check,
 #   and with --boot, when the bundle carries QEMU, a guest: vugpu demo --no-native.
 #
 #   scripts/bundle-verify.sh [--rootfs DIR] [--logs DIR] [--benches a,b] [--boot] ARCHIVE
@@ -78,6 +80,17 @@ check twin-list "$B/bin/vugpu-twin" --list
 check smoke-pt "$B/bin/vugpu-smoke" --engine native --mode pt --benches "$benches" --out /tmp/logs
 check smoke-fv "$B/bin/vugpu-smoke" --engine native --mode fv --benches "$benches" --out /tmp/logs
 grep -h '^  [a-z0-9]* *\(ok\|FAILED\)' "$root/tmp/logs/smoke-pt.txt" "$root/tmp/logs/smoke-fv.txt" 2>/dev/null | sed 's/^/    /' || true
+if [[ -f $root$B/twin/vulkan/libvulkan_vugpu.so ]]; then
+  # the vugpu Vulkan driver for host processes: everything it links resolves in a bare root
+  check vulkan-driver sh -c "ldd $B/twin/vulkan/libvulkan_vugpu.so && ! ldd $B/twin/vulkan/libvulkan_vugpu.so | grep 'not found'"
+fi
+if [[ -d $root$B/llama/node_modules/node-llama-cpp ]]; then
+  # --with-llama: the Vulkan prebuilt's libraries resolve with the bundle's lib/ (its Vulkan
+  # loader), and bench:llama loads (a bad flag: one sentence, exit 2)
+  lb=$B/llama/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan
+  check llama-libs sh -c "B=$B; . $B/libexec/vugpu-env.sh; for f in $lb/*.node $lb/*.so; do ldd \$f | grep 'not found' && exit 1; done; echo resolved"
+  check llama-bench sh -c "$B/bin/vugpu-node $B/bench/llama.ts --bogus 2>&1; test \$? = 2"
+fi
 if [[ -f $root$B/guest/manifest.template.json ]]; then
   # The QEMU exactly as src/vm runs it: the manifest the launcher wrote, loaded by src/vm/manifest.ts.
   check qemu-manifest "$B/bin/vugpu-node" -e "import('$B/src/vm/manifest.ts').then((m) => {
