@@ -3,7 +3,8 @@
 # (scripts/bundle.sh, carried as build/vugpu-bundle.tar.xz) on its Node and addon, with
 # `--engine auto` and `--engine vulkan` → $OUT/<device>-auto.json, <device>-vulkan.json and logs.
 # The client is build/starvation/starvation-client-static when carried (a GPU host may have no
-# compiler): gcc -static, as bench/starvation.ts builds it, with -static.
+# compiler): gcc -static, as bench/starvation.ts builds it, with -static. Arguments go to
+# bench/starvation.ts (e.g. --seconds 6).
 set -uo pipefail
 OUT=${OUT:-/tmp/vugpu-out}
 mkdir -p "$OUT"
@@ -18,7 +19,7 @@ mkdir -p build/Release && ln -sf "$B/build/Release/vugpu_native.node" build/Rele
 CLIENT=()
 [[ -x build/starvation/starvation-client-static ]] && CLIENT=(--client build/starvation/starvation-client-static)
 for engine in auto vulkan; do
-  ( . "$B/libexec/vugpu-env.sh" && timeout 280 "$B/node/bin/node" bench/starvation.ts --engine "$engine" "${CLIENT[@]}" --out "$engine" 2>&1 |
+  ( . "$B/libexec/vugpu-env.sh" && timeout 280 "$B/node/bin/node" bench/starvation.ts --engine "$engine" "${CLIENT[@]}" --out "$engine" "$@" 2>&1 |
     grep -v '"level":30' | tail -40 ) >"$OUT/starvation-$engine.log" 2>&1
 done
 cp bench/results/starvation/*.json "$OUT/" 2>/dev/null
