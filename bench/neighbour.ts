@@ -104,6 +104,7 @@ function twin(bin: string, socket: string, args: string[]): Twin {
   return { records, lines, closed, kill: (sig) => child.kill(sig) };
 }
 
+const live: Twin[] = [];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function until(pred: () => boolean, ms: number): Promise<boolean> {
   const end = performance.now() + ms;
@@ -125,11 +126,13 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
     if (!(await until(() => fs.existsSync(sock('b')), 30_000))) throw new Error(`VM b's socket never appeared\n${server.tail()}`);
     const from = server.output.length;
     const b = twin(bin, sock('b'), ['--dir', modules, '--neighbour', '0', '--nop']);
+    live.push(b);
     const started = () => b.records.some((r) => r.rec.kind === 'PHASE' && r.rec.data.phase === 'neighbour-start');
     if (!(await until(started, 60_000))) throw new Error(`VM b never started launching\n${b.lines.slice(-20).join('\n')}`);
     await sleep(attackAfterS * 1000);
     const tA = performance.now();
     const a = twin(bin, sock('a'), ['--dir', modules, '--endless', String(endlessN)]);
+    live.push(a);
     // The endless launch ends when the device stops it; 10 s is the default watchdog.
     const aTimer = setTimeout(() => a.kill('SIGKILL'), endlessN * (watchdogMs ?? 10_000) + 60_000);
     const aCode = await a.closed;
@@ -175,6 +178,7 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
       serverErrors: server.errorLines().length,
     };
   } finally {
+    for (const t of live.splice(0)) t.kill('SIGKILL'); // a scenario that threw leaves no twin behind
     await server.stop();
   }
 }
