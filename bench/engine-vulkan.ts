@@ -331,6 +331,7 @@ export async function main(argv: string[]): Promise<void> {
         const saved = process.env.VUGPU_VK_MAX_PANELS;
         for (const m of [1, 2, 4, 8, 16]) {
           process.env.VUGPU_VK_MAX_PANELS = String(m);
+          native.vulkanReadTuning();  // launches read the knobs parsed at open, or parsed again here
           const p0 = native.vulkanStats().panels;
           const best = Math.min(...await timeLaunches(ch, K.FMMUL, o.bufs, p, 3));
           sweep[m === 1 ? 'onePanel' : `maxPanels${m}`] = best;
@@ -338,8 +339,9 @@ export async function main(argv: string[]): Promise<void> {
         }
         if (saved === undefined) delete process.env.VUGPU_VK_MAX_PANELS;
         else process.env.VUGPU_VK_MAX_PANELS = saved;
+        native.vulkanReadTuning();
         (row[where] as Record<string, unknown>).panelSweepBestMs = sweep;
-        // The streaming choices (program.cc), each env switch set to 1: the default (B streamed
+        // The streaming choices (native/src/vulkan/plan.cc, record.cc), each env switch set to 1: the default (B streamed
         // by rows of k under the first panel's k slices; every zero fill before the first
         // panel), B whole before the first panel (VUGPU_VK_K_SLICES=1), a zero fill and its
         // barrier before each panel, C uploaded instead of zero-filled. Interleaved rounds; best
@@ -349,11 +351,13 @@ export async function main(argv: string[]): Promise<void> {
         for (let round = 0; round < 3; round++) {
           for (const [name, env] of variants) {
             if (env) process.env[env] = '1';
+            native.vulkanReadTuning();
             o.c.fill(NaN);
             const s0 = native.vulkanStats().computeNs;
             const t = await timeLaunches(ch, K.FMMUL, o.bufs, p, 2);
             const k = (native.vulkanStats().computeNs - s0) / 2 / 1e6;
             if (env) delete process.env[env];
+            native.vulkanReadTuning();
             const bad = check(n, o.a, o.b, o.c, 64);
             if (!(bad <= 1)) throw new Error(`engine FMMUL ${n} (${name}) is wrong: error ${bad} × tolerance`);
             const prev = fills[name];
@@ -371,6 +375,7 @@ export async function main(argv: string[]): Promise<void> {
         const saved = process.env.VUGPU_VK_ONE_QUEUE_BYTES;
         for (const [name, v] of [['copyQueues', '1'], ['computeQueue', String(1 << 30)]] as const) {
           process.env.VUGPU_VK_ONE_QUEUE_BYTES = v;
+          native.vulkanReadTuning();
           const p0 = native.vulkanStats().dispatchPhases;
           const t = await timeLaunches(ch, K.FMMUL, o.bufs, p, Math.max(5, reps));
           sweepPhases[name] = phasesUs(p0, native.vulkanStats().dispatchPhases, t);
@@ -380,6 +385,7 @@ export async function main(argv: string[]): Promise<void> {
         (row[where] as Record<string, unknown>).queueSweepPhasesUs = sweepPhases;
         if (saved === undefined) delete process.env.VUGPU_VK_ONE_QUEUE_BYTES;
         else process.env.VUGPU_VK_ONE_QUEUE_BYTES = saved;
+        native.vulkanReadTuning();
         (row[where] as Record<string, unknown>).queueSweepBestMs = sweep;
       }
       // FMMUL's tile where the plan may pick 64×64 (fewer than 128 workgroups of 128×128):

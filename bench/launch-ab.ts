@@ -1,5 +1,5 @@
 // Launch-path A/B on a GPU host (bench/results/launch-ab/h200.json): completion polling (jobs.ts;
-// 0 µs vs 1000) × command-buffer replay (native/src/vulkan/program.cc; on vs VUGPU_VK_NO_REPLAY=1),
+// 0 µs vs 1000) × command-buffer replay (native/src/vulkan/record.cc; on vs VUGPU_VK_NO_REPLAY=1),
 // FMMUL 1024³ and 256³ through the engine on the program device, interleaved rounds, result checked.
 //   node bench/launch-ab.ts   (prints one JSON line last)
 import { Engine } from '../src/gpu/engine.ts';
@@ -7,6 +7,7 @@ import { HostDriver } from '../test/support/host-driver/driver.ts';
 import { K } from '../src/gpu/kernels.ts';
 import { VulkanBackend } from '../src/gpu/vulkan.ts';
 import { jobPool } from '../src/gpu/jobs.ts';
+import { native } from '../src/native.ts';
 const now = () => process.hrtime.bigint();
 const q = (a: number[], p: number) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(p * (s.length - 1))]!; };
 const backend = VulkanBackend.open(process.env.VUGPU_VULKAN_DEVICE);
@@ -26,10 +27,12 @@ for (const n of [1024, 256]) {
     const key = `poll${poll}-${replay ? 'replay' : 'record'}`; res[key] ??= [];
     jobPool.setCompletionPoll(engine, poll);
     if (replay) delete process.env.VUGPU_VK_NO_REPLAY; else process.env.VUGPU_VK_NO_REPLAY = '1';
+    native.vulkanReadTuning();  // launches read the knobs parsed at open, or parsed again here
     await ch.launch(K.FMMUL, B, p);
     for (let i = 0; i < 20; i++) { const t0 = now(); await ch.launch(K.FMMUL, B, p); res[key]!.push(Number(now() - t0) / 1e3); }
   }
   delete process.env.VUGPU_VK_NO_REPLAY;
+  native.vulkanReadTuning();
   const c = new Float32Array(bufs[2]!.u8.buffer, bufs[2]!.u8.byteOffset, n * n);
   if (c[0] !== n || c[n * n - 1] !== n) throw new Error(`wrong result ${c[0]}`);
   const g: Record<string, unknown> = {};

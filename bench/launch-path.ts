@@ -78,6 +78,7 @@ async function main(): Promise<void> {
     for (let r = 0; r < a.rounds; r++) {
       for (const [name, spin, write] of variants) {
         process.env.VUGPU_VK_SPIN_US = spin;
+        native.vulkanReadTuning();  // launches read the knobs parsed at open, or parsed again here
         let x = acc.get(name);
         if (!x) acc.set(name, (x = { wall: [], pre: [], native: [], post: [], pool: { queueNs: 0, runNs: 0, afterNs: 0, deliverNs: 0 }, dispatch: { setupNs: 0, recordNs: 0, queueSubmitNs: 0, waitNs: 0, finishNs: 0 } }));
         const check = () => {
@@ -105,6 +106,7 @@ async function main(): Promise<void> {
       }
     }
     delete process.env.VUGPU_VK_SPIN_US;
+    native.vulkanReadTuning();
     const rows: Record<string, unknown> = {};
     for (const [name, x] of acc) {
       const count = x.wall.length;

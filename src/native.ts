@@ -80,11 +80,21 @@ export interface VulkanDeviceInfo {
   faultInjection: boolean;
   memory: 'import' | 'device'; // zero-copy host imports, or device-local copies per launch
   /** New pipelines are dispatched once on a private device before their first launch, so a CPU
-   * device's JIT (lavapipe) stays off the shared queue (native/src/vulkan/program.cc). */
+   * device's JIT (lavapipe) stays off the shared queue (native/src/vulkan/warmup.cc). */
   warmUp: boolean;
   transferQueues: number;     // dedicated copy queues (0: copies on the compute queue)
   computeQueues: number;      // compute queues, one per way (VM) onto the device
   maxStorageRange: number;
+  /** The tuning knobs in force, parsed from the environment at open (native/src/vulkan/tuning.h). */
+  tuning: VulkanTuning;
+}
+
+/** The VUGPU_VK_* knobs (names less the prefix), as the backend parsed them. */
+export interface VulkanTuning {
+  MEMORY: 'auto' | 'import' | 'device'; CMD_QUERY_RESET: boolean; COMPUTE_QUEUES: number; CPU_WAYS: number;
+  WARMUP: boolean; MAX_PANELS: number; PANEL_BYTES: number; PANEL_WORKGROUPS: number; PANEL_PAIR: boolean;
+  K_SLICES: number; K_SLAB_BYTES: number; UPLOAD_ALL: boolean; IMPORT_TRANSIENT: boolean; ONE_QUEUE_BYTES: number;
+  CHAIN_ONE_QUEUE: boolean; FILL_EACH_PANEL: boolean; NO_REPLAY: boolean; SPIN_US: number;
 }
 
 export interface ProgramCompileJob {
@@ -150,6 +160,10 @@ export interface VulkanAddon {
     bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number; lastLoss: string;
     dispatchPhases: { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number };
   };
+  /** Parse the VUGPU_VK_* knobs again (launches read them from what vulkanOpen parsed, never from
+   * the environment): for tests and benchmarks that change one between launches. The knobs read
+   * at open (MEMORY, CMD_QUERY_RESET, COMPUTE_QUEUES) keep the open device's choice. */
+  vulkanReadTuning(): VulkanTuning;
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;
   /** Test hook (VUGPU_TEST_HOOKS=1, a GPU opened with them): really lose the device — dispatch

@@ -181,6 +181,24 @@ describe.skipIf(devices.length === 0)('Vulkan program backend', () => {
     expect(native.programInfo(slot)).toBeNull();
   });
 
+  it('parses the VUGPU_VK_* knobs at open and when asked again, a malformed value as its default', () => {
+    expect(info.tuning).toEqual(native.vulkanReadTuning());  // the environment has not changed since open
+    const saved = { ...process.env };
+    process.env.VUGPU_VK_SPIN_US = '250';
+    process.env.VUGPU_VK_MAX_PANELS = '99';      // over the cap: the cap
+    process.env.VUGPU_VK_PANEL_BYTES = 'lots';   // not a count: the default
+    process.env.VUGPU_VK_NO_REPLAY = '1';
+    process.env.VUGPU_VK_MEMORY = 'device';
+    try {
+      expect(native.vulkanReadTuning()).toMatchObject({ SPIN_US: 250, MAX_PANELS: 16, PANEL_BYTES: 8 << 20, NO_REPLAY: true, MEMORY: 'device' });
+    } finally {
+      for (const k of ['VUGPU_VK_SPIN_US', 'VUGPU_VK_MAX_PANELS', 'VUGPU_VK_PANEL_BYTES', 'VUGPU_VK_NO_REPLAY', 'VUGPU_VK_MEMORY']) {
+        if (saved[k] === undefined) delete process.env[k]; else process.env[k] = saved[k];
+      }
+    }
+    expect(native.vulkanReadTuning()).toEqual(info.tuning);
+  });
+
   it('dispatches each new pipeline once on a private warm-up device first (CPU devices), and only then launches it', async () => {
     // lavapipe JITs a pipeline at its first dispatch, on the one queue every VM shares: the
     // compile lane does that first dispatch on a device of its own (program.cc, WarmUp).
@@ -194,6 +212,7 @@ void main() { o[gl_GlobalInvocationID.x] = gl_GlobalInvocationID.x * 7u + ${k}u;
     const off = 24576;
     for (const [k, warm] of [[seed + 1, true], [seed + 2, false]] as const) {
       if (!warm) process.env.VUGPU_VK_WARMUP = '0';
+      native.vulkanReadTuning();  // compiles read the knobs parsed at open, or parsed again here
       try {
         const before = native.vulkanStats().warmUps;
         const slot = await compileOk(glsl(`warm${k}`, src(k)));
@@ -209,6 +228,7 @@ void main() { o[gl_GlobalInvocationID.x] = gl_GlobalInvocationID.x * 7u + ${k}u;
         native.programRelease(slot);
       } finally {
         delete process.env.VUGPU_VK_WARMUP;
+        native.vulkanReadTuning();
       }
     }
   });

@@ -114,6 +114,7 @@ describe('device-memory path (forced on the test device)', () => {
     r?.close();
     backend?.close();
     for (const k of ['VUGPU_VK_MEMORY', 'VUGPU_VK_GEMM', 'VUGPU_VK_PANEL_BYTES', 'VUGPU_VK_PANEL_WORKGROUPS']) delete process.env[k];
+    native.vulkanReadTuning();  // launches read the VUGPU_VK_* knobs parsed at open, or parsed again here
   });
 
   it('is on, with the GPU GEMM', () => {
@@ -143,6 +144,7 @@ describe('device-memory path (forced on the test device)', () => {
     // Slabs of 64 KiB: B (n = 512: 1 MiB) in 8 slices of 64 k; 260: 4 slices of 80, 80, 80, 20
     // (B 270 KiB); 102 is the portable form, which declares no k stream.
     process.env.VUGPU_VK_K_SLAB_BYTES = '65536';
+    native.vulkanReadTuning();
     try {
       for (const [n, slices] of [[512, 8], [260, 4], [102, 0]] as const) {
         for (const where of ['vram', 'sysmem'] as const) {
@@ -161,6 +163,7 @@ describe('device-memory path (forced on the test device)', () => {
       process.env.VUGPU_VK_MAX_PANELS = '1';
       process.env.VUGPU_VK_CHAIN_ONE_QUEUE = '1';
       process.env.VUGPU_VK_K_SLAB_BYTES = String(256 << 10);
+      native.vulkanReadTuning();
       for (const where of ['vram', 'sysmem'] as const) {
         const s0 = native.vulkanStats();
         await engineFmmul(r, 512, where, 99);
@@ -172,8 +175,14 @@ describe('device-memory path (forced on the test device)', () => {
       delete process.env.VUGPU_VK_MAX_PANELS;
       delete process.env.VUGPU_VK_CHAIN_ONE_QUEUE;
       process.env.VUGPU_VK_K_SLAB_BYTES = '65536';
-      // Turned off: no slices, same results within the tolerance.
+      native.vulkanReadTuning();
+      // Turned off: no slices, same results within the tolerance — once the knobs are parsed
+      // again: a launch never reads the environment itself.
       process.env.VUGPU_VK_K_SLICES = '1';
+      const sEnv = native.vulkanStats();
+      await engineFmmul(r, 512, 'vram', 76);
+      expect(native.vulkanStats().kSlices - sEnv.kSlices).toBe(8);
+      expect(native.vulkanReadTuning().K_SLICES).toBe(1);
       const s0 = native.vulkanStats();
       await engineFmmul(r, 512, 'vram', 77);
       expect(native.vulkanStats().kSlices - s0.kSlices).toBe(0);
@@ -182,6 +191,7 @@ describe('device-memory path (forced on the test device)', () => {
       delete process.env.VUGPU_VK_K_SLICES;
       delete process.env.VUGPU_VK_MAX_PANELS;
       delete process.env.VUGPU_VK_CHAIN_ONE_QUEUE;
+      native.vulkanReadTuning();
     }
   });
 
@@ -190,6 +200,7 @@ describe('device-memory path (forced on the test device)', () => {
     // workgroups: one would fit, so two of half that size (as 1024³ with the defaults).
     process.env.VUGPU_VK_PANEL_BYTES = String(2 << 20);
     process.env.VUGPU_VK_PANEL_WORKGROUPS = '64';
+    native.vulkanReadTuning();
     const run = async (where: 'vram' | 'sysmem', seed: number) => {
       const s0 = native.vulkanStats();
       const c = await engineFmmul(r, 512, where, seed);
@@ -206,14 +217,19 @@ describe('device-memory path (forced on the test device)', () => {
       }
       // Slabs named by the environment win over the pair's two slices (1 MiB of B in 4).
       process.env.VUGPU_VK_K_SLAB_BYTES = String(256 << 10);
+      native.vulkanReadTuning();
       expect(await run('vram', 42)).toMatchObject({ panels: 2, kSlices: 4 });
       delete process.env.VUGPU_VK_K_SLAB_BYTES;
+      native.vulkanReadTuning();
       // Off: one panel (B in one slab: smaller than the one-panel slab size).
       process.env.VUGPU_VK_PANEL_PAIR = '0';
+      native.vulkanReadTuning();
       expect(await run('vram', 43)).toMatchObject({ panels: 0, kSlices: 0 });
       process.env.VUGPU_VK_PANEL_PAIR = '1';
+      native.vulkanReadTuning();
       // A plan without a k stream (the portable form, n % 4 ≠ 0) stays one panel.
       process.env.VUGPU_VK_PANEL_BYTES = String(1 << 20);
+      native.vulkanReadTuning();
       const s0 = native.vulkanStats();
       await engineFmmul(r, 510, 'vram', 44);
       expect(native.vulkanStats().panels - s0.panels).toBe(0);
@@ -222,6 +238,7 @@ describe('device-memory path (forced on the test device)', () => {
       process.env.VUGPU_VK_PANEL_WORKGROUPS = '1';
       delete process.env.VUGPU_VK_K_SLAB_BYTES;
       delete process.env.VUGPU_VK_PANEL_PAIR;
+      native.vulkanReadTuning();
     }
   });
 
@@ -252,6 +269,7 @@ describe('device-memory path (forced on the test device)', () => {
     const s2b = native.vulkanStats();
     // Imported anyway on request (measurement): same results, no bounce.
     process.env.VUGPU_VK_IMPORT_TRANSIENT = '1';
+    native.vulkanReadTuning();
     try {
       await engineFmmul(r, n, 'sysmem', 7);
       const s3 = native.vulkanStats();
@@ -259,6 +277,7 @@ describe('device-memory path (forced on the test device)', () => {
       expect(s3.imports - s2b.imports).toBeGreaterThan(0);
     } finally {
       delete process.env.VUGPU_VK_IMPORT_TRANSIENT;
+      native.vulkanReadTuning();
     }
   });
 
@@ -339,6 +358,7 @@ describe('device-memory path (forced on the test device)', () => {
                                garbage: number, uploadAll: boolean) {
     c.fill(garbage);
     if (uploadAll) process.env.VUGPU_VK_UPLOAD_ALL = '1';
+    native.vulkanReadTuning();
     try {
       const s0 = native.vulkanStats();
       await r.ch.launch(kernel, bufs, params(['u32', n]));
@@ -349,6 +369,7 @@ describe('device-memory path (forced on the test device)', () => {
       };
     } finally {
       delete process.env.VUGPU_VK_UPLOAD_ALL;
+      native.vulkanReadTuning();
     }
   }
 

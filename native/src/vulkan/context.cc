@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tuning.h"
 #include "vk.h"
 
 namespace vugpu::vk {
@@ -501,15 +502,14 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   }
   // One compute queue per way (Context::wayQs) where the family has several: a dispatch that
   // never ends then blocks only its own queue. VUGPU_VK_COMPUTE_QUEUES=n caps them (A/B
-  // measurement; 1 = every VM on one queue).
+  // measurement; 1 = every VM on one queue: Tuning::computeQueues).
   uint32_t nComp = 1;
   {
     uint32_t n = 0;
     ifn.vkGetPhysicalDeviceQueueFamilyProperties(chosen, &n, nullptr);
     std::vector<VkQueueFamilyProperties> q(n);
     ifn.vkGetPhysicalDeviceQueueFamilyProperties(chosen, &n, q.data());
-    const char* env = getenv("VUGPU_VK_COMPUTE_QUEUES");
-    const uint32_t cap = env && atoi(env) > 0 ? uint32_t(atoi(env)) : Context::kMaxWayQueues;
+    const uint32_t cap = Tune().computeQueues ? Tune().computeQueues : Context::kMaxWayQueues;
     nComp = std::max<uint32_t>(1, std::min({q[size_t(fam)].queueCount, cap, Context::kMaxWayQueues}));
   }
   float prio[Context::kMaxWayQueues];
@@ -616,11 +616,9 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   // on device-local copies; a CPU device (lavapipe) or an integrated GPU computes on host
   // memory, zero-copy. VUGPU_VK_MEMORY=import|device overrides (measurement, tests).
   {
-    const char* env = getenv("VUGPU_VK_MEMORY");
-    std::string mode = env ? env : "";
     bool want = base.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
-    if (mode == "device") want = true;
-    else if (mode == "import") want = false;
+    if (Tune().memory == Tuning::Memory::Device) want = true;
+    else if (Tune().memory == Tuning::Memory::Import) want = false;
     di.staging = want && timeline && ctx->devMemType != UINT32_MAX;
     di.memoryMode = di.staging ? "device" : "import";
   }
@@ -642,8 +640,7 @@ std::shared_ptr<Context> OpenContext(const std::string& want, std::string* err) 
   di.queueFamily = uint32_t(fam);
   di.timestamps = tsBits > 0 && L.timestampPeriod > 0;
   // VUGPU_VK_CMD_QUERY_RESET=1: reset them in the command buffer anyway (A/B measurement).
-  const char* cmdReset = getenv("VUGPU_VK_CMD_QUERY_RESET");
-  di.hostQueryReset = ctx->fn.vkResetQueryPool != nullptr && !(cmdReset && *cmdReset == '1');
+  di.hostQueryReset = ctx->fn.vkResetQueryPool != nullptr && !Tune().cmdQueryReset;
   di.timestampPeriod = L.timestampPeriod;
   di.timestampMask = tsBits >= 64 ? ~0ull : ((1ull << tsBits) - 1);
   di.importAlign = uint32_t(std::max<VkDeviceSize>(hostp.minImportedHostPointerAlignment, 1));
@@ -719,7 +716,7 @@ namespace {
 // would hold every later dispatch of every device of that instance; each way therefore gets its
 // own instance and device, and the host's scheduler shares the cores between their threads.
 // Heap-held and never destroyed at exit (as g_cur).
-constexpr uint32_t kCpuWays = 8;
+constexpr uint32_t kCpuWays = kMaxCpuWays;
 std::mutex g_waysMu;
 std::vector<std::shared_ptr<Context>>* g_ways = new std::vector<std::shared_ptr<Context>>(kCpuWays);
 uint64_t g_waysFor = 0;  // the serving context's generation they were opened beside
@@ -746,8 +743,7 @@ void DropWays() {
 }
 
 std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_t way) {
-  const char* env = getenv("VUGPU_VK_CPU_WAYS");  // 1 = every VM on the one device (A/B measurement)
-  const uint32_t n = env && atoi(env) > 0 ? std::min<uint32_t>(uint32_t(atoi(env)), kCpuWays) : kCpuWays;
+  const uint32_t n = Tune().cpuWays;  // 1 = every VM on the one device (A/B measurement)
   const uint32_t i = way % n;
   if (!cur->info.cpuDevice || i == 0) return cur;
   std::vector<std::shared_ptr<Context>> old;

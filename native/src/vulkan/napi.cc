@@ -4,6 +4,7 @@
 // Threads: everything here runs on a JS thread; compile/dispatch work runs in pool tasks that
 // hold the Program (and through it the Context) by shared_ptr.
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cerrno>
 #include <mutex>
@@ -11,6 +12,7 @@
 
 #include "../common.h"
 #include "vk.h"  // first: it keeps unistd.h's R_OK out of program.h
+#include "tuning.h"
 #include "../spirv/module.h"
 
 namespace vugpu::addon {
@@ -35,6 +37,30 @@ Napi::Array U32Array(Napi::Env env, const uint32_t* v, size_t n) {
   Napi::Array a = Napi::Array::New(env, n);
   for (size_t i = 0; i < n; i++) a.Set(uint32_t(i), Napi::Number::New(env, v[i]));
   return a;
+}
+
+// The knobs in force (tuning.h), by their environment variables' names less VUGPU_VK_.
+Napi::Object TuningObject(Napi::Env env, const vk::Tuning& t) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("MEMORY", t.memory == vk::Tuning::Memory::Auto ? "auto" : t.memory == vk::Tuning::Memory::Device ? "device" : "import");
+  o.Set("CMD_QUERY_RESET", t.cmdQueryReset);
+  o.Set("COMPUTE_QUEUES", t.computeQueues);
+  o.Set("CPU_WAYS", t.cpuWays);
+  o.Set("WARMUP", t.warmUp);
+  o.Set("MAX_PANELS", t.maxPanels);
+  o.Set("PANEL_BYTES", double(t.panelBytes));
+  o.Set("PANEL_WORKGROUPS", double(t.panelWorkgroups));
+  o.Set("PANEL_PAIR", t.panelPair);
+  o.Set("K_SLICES", t.kSlices);
+  o.Set("K_SLAB_BYTES", double(t.kSlabBytes));
+  o.Set("UPLOAD_ALL", t.uploadAll);
+  o.Set("IMPORT_TRANSIENT", t.importTransient);
+  o.Set("ONE_QUEUE_BYTES", double(t.oneQueueBytes));
+  o.Set("CHAIN_ONE_QUEUE", t.chainOneQueue);
+  o.Set("FILL_EACH_PANEL", t.fillEachPanel);
+  o.Set("NO_REPLAY", t.noReplay);
+  o.Set("SPIN_US", double(t.spinUs));
+  return o;
 }
 
 Napi::Object LimitsObject(Napi::Env env, const vk::DeviceInfo& di) {
@@ -81,6 +107,7 @@ Napi::Object InfoObject(Napi::Env env, const vk::DeviceInfo& di) {
   o.Set("transferQueues", di.transferQueues);
   o.Set("computeQueues", di.computeQueues);
   o.Set("maxStorageRange", double(di.maxStorageRange));
+  o.Set("tuning", TuningObject(env, vk::Tune()));
   return o;
 }
 
@@ -139,9 +166,12 @@ Napi::Value VulkanOpen(const Napi::CallbackInfo& info) {
       return Result(env, nullptr, "another device is open (" + ctx->info.name + "); call vulkanClose first");
     return Result(env, ctx, "");
   }
+  // The knobs are parsed here, once per open, and named in the log when any is set.
+  const std::string knobs = vk::TuningText(vk::ReadTuning());
   std::string err;
   ctx = vk::OpenContext(want, &err);
   if (ctx) vk::SetCurrentContext(ctx);
+  if (ctx && !knobs.empty()) fprintf(stderr, "vugpu: Vulkan device '%s' tuned: %s\n", ctx->info.name.c_str(), knobs.c_str());
   return Result(env, ctx, err);
 }
 
@@ -540,6 +570,14 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// vulkanReadTuning(): parses the VUGPU_VK_* knobs again, for tests and benchmarks that change one
+// between launches (a launch reads them from the struct made at vulkanOpen, never from the
+// environment); returns the knobs in force. Those read at open (MEMORY, CMD_QUERY_RESET,
+// COMPUTE_QUEUES) keep the open device's choice until the next vulkanOpen.
+Napi::Value VulkanReadTuning(const Napi::CallbackInfo& info) {
+  return TuningObject(info.Env(), vk::ReadTuning());
+}
+
 // The test hooks exist only with VUGPU_TEST_HOOKS=1; else a RangeError naming the hook.
 bool TestHooksOn(Napi::Env env, const char* hook) {
   const char* hooks = getenv("VUGPU_TEST_HOOKS");
@@ -669,6 +707,7 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports) {
   exports.Set("vulkanOpen", Napi::Function::New(env, VulkanOpen, "vulkanOpen"));
   exports.Set("vulkanClose", Napi::Function::New(env, VulkanClose, "vulkanClose"));
   exports.Set("vulkanStats", Napi::Function::New(env, VulkanStats, "vulkanStats"));
+  exports.Set("vulkanReadTuning", Napi::Function::New(env, VulkanReadTuning, "vulkanReadTuning"));
   exports.Set("vulkanSimulateLoss", Napi::Function::New(env, VulkanSimulateLoss, "vulkanSimulateLoss"));
   exports.Set("vulkanInjectFault", Napi::Function::New(env, VulkanInjectFault, "vulkanInjectFault"));
   exports.Set("vulkanDirectRun", Napi::Function::New(env, vk::DirectRunJs, "vulkanDirectRun"));

@@ -210,7 +210,7 @@ struct Context {
   std::vector<QueueRef> wayQs;
   std::mutex wayMu[kMaxWayQueues];
   const QueueRef& WayQueue(uint32_t way) const { return wayQs[way % wayQs.size()]; }
-  // A CPU device's launch time (program.cc, CpuDeviceNs): the end of its queue's last launch.
+  // A CPU device's launch time (submit.cc, CpuDeviceNs): the end of its queue's last launch.
   std::atomic<uint64_t> cpuLastDone{0};
   // A CPU device's way context left behind by a rebuild or close (WayContext): programs drop
   // what they built on it at their next launch.
@@ -306,7 +306,7 @@ struct DispatchInput {
   // k (rowBytes each) and the dispatch sums k over [u32 at k0Offset, u32 at k1Offset) of params,
   // adding into its output when the u32 at accumulateOffset is nonzero. The device-memory path
   // may then run the first panel as slices of k, each after its slab of the binding is up
-  // (program.cc, KStreamPlan). binding == UINT32_MAX: none.
+  // (plan.cc, PlanKStream). binding == UINT32_MAX: none.
   struct KStream {
     uint32_t binding = UINT32_MAX;
     uint64_t rowBytes = 0;
@@ -361,10 +361,10 @@ void FreeCaches(Context& c);
 VkResult PrepareStagingLane(Context& c, Lane* l, size_t panels);
 VkResult CreateBufferRaw(Context& c, uint64_t size, VkBufferUsageFlags usage, bool concurrent, VkBuffer* out);
 ImportStats& GetImportStats();
-// Closes the warm-up device (program.cc) when the serving device closes.
+// Closes the warm-up device (warmup.cc) when the serving device closes.
 void DropWarmUp();
 // Whether new pipelines are warmed up on a private device before their first launch (CPU
-// devices with Mesa's shader cache on; program.cc).
+// devices with Mesa's shader cache on and VUGPU_VK_WARMUP not 0; warmup.cc).
 bool WarmUpActive(const DeviceInfo& di);
 
 const char* ResultName(VkResult r);

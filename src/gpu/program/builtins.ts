@@ -50,7 +50,7 @@ export interface BuiltinDispatch {
    * A GEMM operand read by rows of k (binding, bytes per k row) and where the launch's push
    * constants hold its k range and its accumulate flag: the device-memory path may then run the
    * first panel as slices of k, each as soon as its rows of the operand are on the device,
-   * instead of waiting for all of it (native/src/vulkan/program.cc, PlanKStream). Declare it only
+   * instead of waiting for all of it (native/src/vulkan/plan.cc, PlanKStream). Declare it only
    * where the shader sums exactly k in [k0, k1) (in steps of 16) and adds into C when accumulate
    * is set.
    */
