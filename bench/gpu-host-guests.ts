@@ -181,6 +181,8 @@ function summarizeGuest(vm: string, gargs: string[], r: GuestResult): GuestSumma
 }
 
 const round = (x: number) => Math.round(x * 10) / 10;
+/** "3.2 s before" / "1.5 s after": when t was, seen from ref (ms). */
+const rel = (t: number, ref: number) => `${round(Math.abs(t - ref) / 1000)} s ${t < ref ? 'before' : 'after'}`;
 
 /** Collects what failed in one phase; `expect` records a failure when the condition is false. */
 class Verdict {
@@ -495,8 +497,8 @@ if (args.only.includes('suite') || args.only.includes('hostile')) {
     // The co-tenant's results only say something about isolation if it ran beside every attack:
     // running before the first began and still running (a benchmark finished) after the last.
     v.expect(coLoaded < attacksStart && lastBench > attacksDone,
-      `a (co-tenant): did not run through every attack (driver loaded ${round((coLoaded - attacksStart) / 1000)} s after the attacks began, ` +
-      `last benchmark ${round((lastBench - attacksDone) / 1000)} s after they ended; raise --cotenant-repeat)`);
+      `a (co-tenant): did not run through every attack (driver loaded ${rel(coLoaded, attacksStart)} the attacks began, ` +
+      `last benchmark ${rel(lastBench, attacksDone)} they ended; raise --cotenant-repeat)`);
     p.notes.cotenantRanThroughAttacks = coLoaded < attacksStart && lastBench > attacksDone;
     p.notes.cotenantLastBenchAfterAttacksS = round((lastBench - attacksDone) / 1000);
     p.notes.reference = referenceFrom;
