@@ -4,7 +4,7 @@
 # fv), both from the offline bundle made with `scripts/bundle.sh --with-llama` (carried as
 # build/vugpu-bundle.tar.xz, or VUGPU_BUNDLE). The bundle's Node runs its own bench/llama.ts;
 # models (135m and 1b, q8_0) are written on the host. Usage, from the checkout's root:
-#   bash bench/gpu-host-llama.sh [bench:llama arguments]     (default: --shapes 135m,1b)
+#   bash bench/gpu-host-llama.sh [bench:llama arguments]     (default: --shapes 135m,1b --watchdog-ms 60000)
 # Writes under $OUT as it goes: llama.log (everything), llama-<device>.json (the result, also when
 # the run was cut short: bench:llama rewrites it after every phase), env.txt (driver, GPU).
 # Time: LLAMA_BUDGET_S (default 540) bounds the whole call; bench:llama gets what is left after
@@ -40,7 +40,8 @@ cat "$OUT/env.txt"
 export VUGPU_CACHE=${VUGPU_CACHE:-$T/cache}
 mkdir -p "$T/models"
 ARGS=("$@")
-((${#ARGS[@]})) || ARGS=(--shapes 135m,1b)
+# program preparation of llama.cpp's large modules may outlast the default watchdog on a first load
+((${#ARGS[@]})) || ARGS=(--shapes 135m,1b --watchdog-ms 60000)
 LEFT=$(( BUDGET - ($(date +%s) - T0) - 20 ))
 ((LEFT > 60)) || { say "only $LEFT s left of LLAMA_BUDGET_S=$BUDGET"; exit 1; }
 say "bench:llama ${ARGS[*]} (deadline ${LEFT} s)"
