@@ -25,6 +25,8 @@ rm -rf "$T" && mkdir -p "$T"
 say "unpacking $ARCHIVE"
 timeout 120 tar -xJf "$ARCHIVE" -C "$T"
 B=$T/vugpu-bundle
+# VUGPU_ADDON: an addon built since the bundle (a change under test), in place of the bundle's
+[[ -n ${VUGPU_ADDON:-} ]] && cp "$VUGPU_ADDON" "$B/build/Release/vugpu_native.node" && say "addon: $VUGPU_ADDON"
 [[ -d $B/llama/node_modules/node-llama-cpp ]] || { say "the bundle has no llama/ (build it with --with-llama)"; exit 1; }
 [[ -f $B/twin/vulkan/vugpu_icd.json ]] || say "note: the bundle has no vugpu Vulkan driver: only the native side can run"
 {

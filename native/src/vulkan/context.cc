@@ -711,10 +711,13 @@ void SetCurrentContext(std::shared_ptr<Context> c) {
 }
 
 namespace {
-// A CPU device's way contexts (WayContext): lavapipe runs a dispatch's workgroups on compute
-// threads that belong to its VkInstance, first come first served, so one way's endless program
-// would hold every later dispatch of every device of that instance; each way therefore gets its
-// own instance and device, and the host's scheduler shares the cores between their threads.
+// Way contexts (WayContext): each way (VM) beyond the first runs on a device of its own.
+// lavapipe runs a dispatch's workgroups on compute threads that belong to its VkInstance, first
+// come first served, so one way's endless program would hold every later dispatch of every device
+// of that instance; the host's scheduler then shares the cores between the ways' threads. A GPU
+// time-slices between contexts (each VkDevice is one), not between the queues of one context: an
+// endless dispatch whose workgroups fill the SMs keeps another queue's dispatch of the same device
+// from starting until it ends (docs/results.md, "A tenant's hang", the H200 rows).
 // Heap-held and never destroyed at exit (as g_cur).
 constexpr uint32_t kCpuWays = kMaxCpuWays;
 std::mutex g_waysMu;
@@ -745,7 +748,7 @@ void DropWays() {
 std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_t way) {
   const uint32_t n = Tune().cpuWays;  // 1 = every VM on the one device (A/B measurement)
   const uint32_t i = way % n;
-  if (!cur->info.cpuDevice || i == 0) return cur;
+  if (i == 0) return cur;
   std::vector<std::shared_ptr<Context>> old;
   std::lock_guard<std::mutex> lk(g_waysMu);
   if (g_waysFor != cur->generation) {

@@ -120,7 +120,7 @@ int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bo
     if (prog.ctx != cur) return -ENODEV;
   }
   if (int st = CheckLaunch(prog, in, cur->info)) return st;
-  // A CPU device's way runs on a device of its own (WayContext); a GPU's ways are its queues.
+  // A way beyond the first runs on a device of its own (WayContext).
   std::shared_ptr<Context> wc = WayContext(cur, in.way);
   if (wc != cur) {
     std::shared_ptr<Program> wb = WayBuild(prog, wc);

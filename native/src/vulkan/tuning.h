@@ -29,8 +29,8 @@ struct Tuning {
   // VUGPU_VK_COMPUTE_QUEUES=n: at most n compute queues, so at most n ways on a GPU (1 = every
   // VM on one queue: A/B measurement). 0: as many as the family has (Context::kMaxWayQueues).
   uint32_t computeQueues = 0;
-  // VUGPU_VK_CPU_WAYS=n: a CPU device's ways, each its own instance and device (1 = every VM on
-  // the one device: A/B measurement).
+  // VUGPU_VK_CPU_WAYS=n: ways (VMs) that get a device of their own, CPU device or GPU (1 = every
+  // VM on the one device: A/B measurement).
   uint32_t cpuWays = kMaxCpuWays;
 
   // ---- compile ----
