@@ -471,7 +471,9 @@ export class HostDriver {
   }
 
   freeVram(addr: number, size: number): void {
-    if (this.vram.sizeOf(addr) !== size) throw new RangeError(`VRAM 0x${addr.toString(16)}+${size} is not an allocation`);
+    // size as asked at allocation (the allocator rounds it up to its granule)
+    const held = this.vram.sizeOf(addr);
+    if (!held || size > held) throw new RangeError(`VRAM 0x${addr.toString(16)}+${size} is not an allocation`);
     this.vram.free(addr);
   }
 
