@@ -41,6 +41,9 @@ export interface AggregatorOptions {
   policyConfig?: object;
   /** First re-check of a running submission, ms (doubles up to 100 ms). */
   stallCheckMs?: number;
+  /** A submission still running after this long gives the device back and goes on beside the
+   * others, on its VM's own way onto the device (default 50 ms; 0 = never). */
+  releaseAfterMs?: number;
   /** How long a detached VM's slice stays quarantined before reuse, ms (cancelled jobs may
    * still be writing to it until they notice the cancel). */
   quarantineMs?: number;
@@ -112,6 +115,7 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
   /** Completions handed to the scheduler on the next microtask (see finish()). */
   readonly completions: { vmId: string; deviceNs: number }[] = [];
   private readonly stallCheckMs: number;
+  private readonly releaseAfterNs: number;
   private readonly quarantineMs: number;
   private readonly metrics: MetricsRegistry | null;
   /** Scheduler clock origin (hrtime ns); a restart keeps it so that policy times continue. */
@@ -125,6 +129,7 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
     this.engine = engine;
     this.log = opts.log ?? logger.child({ part: 'aggregator' });
     this.stallCheckMs = opts.stallCheckMs ?? 10;
+    this.releaseAfterNs = (opts.releaseAfterMs ?? 50) * 1e6;
     this.quarantineMs = opts.quarantineMs ?? 250;
     this.metrics = opts.metrics ?? null;
     const vram = engine.vramSize;
@@ -450,12 +455,23 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
       this.finish(sub, 0);
       return;
     }
+    const ranNs = this.now() - sub.startNs;
+    if (this.releaseAfterNs > 0 && ranNs >= this.releaseAfterNs) {
+      // A job that may never end (a guest's endless program, until the watchdog) must not hold
+      // every other VM off the device: past its slice the submission is charged what it held,
+      // and its channel goes on outside the scheduler, on its VM's own way onto the device (each
+      // VM its own pool threads and Vulkan device), beside the next VM's submission — as a GPU
+      // time-slices between contexts. Closed again when it goes idle (onIdle).
+      this.finish(sub, 0, true);
+      return;
+    }
     sub.timer = setTimeout(() => {
       sub.timer = null;
       this.check(sub);
     }, sub.checkMs);
     sub.timer.unref();
-    sub.checkMs = Math.min(sub.checkMs * 2, 100);
+    const leftMs = this.releaseAfterNs > 0 ? Math.max(1, (this.releaseAfterNs - ranNs) / 1e6) : 100;
+    sub.checkMs = Math.min(sub.checkMs * 2, 100, leftMs);
   }
 
   finish(sub: Submission, deviceNs: number, keepOpen = false): void {
