@@ -132,6 +132,13 @@ describe.skipIf(!hasGlslang || programDevices === 0)('Vulkan ICD over the native
     expect(vk.device).toBe('vugpu GPU (host)');
     expect(vk.tokens).toHaveLength(8);
     expect(vk.tokens).toEqual(cpu.tokens);
+    // Every module ggml-vulkan created went through the device's checker and compiler: none
+    // refused (what the driver does not advertise — integer dot product, cooperative matrix,
+    // buffer device address — keeps the modules that need it out of llama.cpp's choice).
+    const st = server!.engine.programs!.stats;
+    console.log(`llama.cpp through the driver: ${st.compiles} programs compiled, ${st.refused} refused`);
+    expect(st.compiles).toBeGreaterThan(10);
+    expect(st.refused).toBe(0);
   }, 600_000);
 
   it('no vugpu device: the loader sees none, the application gets a clean error', async () => {
