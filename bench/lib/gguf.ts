@@ -99,42 +99,32 @@ class Out {
   }
 }
 
-type Meta = [string, 'u32' | 'f32' | 'string', number | string] | [string, 'strings', string[]] | [string, 'f32s' | 'i32s', number[]];
+type Scalar = 'u32' | 'i32' | 'f32' | 'string';
+/** A metadata value: one scalar, or an array of them (`kind[]`). */
+type Meta = [string, Scalar, number | string] | [string, `${Scalar}[]`, (number | string)[]];
+
+/** Each scalar kind: its GGUF type code and how one value is written. */
+const SCALARS: Record<Scalar, [number, (o: Out, v: number | string) => void]> = {
+  u32: [T_U32, (o, v) => o.u32(v as number)],
+  i32: [T_I32, (o, v) => o.i32(v as number)],
+  f32: [T_F32, (o, v) => o.f32(v as number)],
+  string: [T_STRING, (o, v) => o.str(v as string)],
+};
 
 function writeMeta(o: Out, [key, kind, value]: Meta): void {
   o.str(key);
-  switch (kind) {
-    case 'u32':
-      o.u32(T_U32);
-      o.u32(value as number);
-      return;
-    case 'f32':
-      o.u32(T_F32);
-      o.f32(value as number);
-      return;
-    case 'string':
-      o.u32(T_STRING);
-      o.str(value as string);
-      return;
-    case 'strings':
-      o.u32(T_ARRAY);
-      o.u32(T_STRING);
-      o.u64((value as string[]).length);
-      for (const s of value as string[]) o.str(s);
-      return;
-    case 'f32s':
-      o.u32(T_ARRAY);
-      o.u32(T_F32);
-      o.u64((value as number[]).length);
-      for (const v of value as number[]) o.f32(v);
-      return;
-    case 'i32s':
-      o.u32(T_ARRAY);
-      o.u32(T_I32);
-      o.u64((value as number[]).length);
-      for (const v of value as number[]) o.i32(v);
-      return;
+  const array = kind.endsWith('[]');
+  const [type, write] = SCALARS[(array ? kind.slice(0, -2) : kind) as Scalar];
+  if (!array) {
+    o.u32(type);
+    write(o, value as number | string);
+    return;
   }
+  const values = value as (number | string)[];
+  o.u32(T_ARRAY);
+  o.u32(type);
+  o.u64(values.length);
+  for (const v of values) write(o, v);
 }
 
 /** IEEE half from a float (round to nearest even), for F16 tensors and Q8_0 block scales. */
@@ -275,9 +265,9 @@ export function writeLlamaGguf(shape: LlamaShape, type: WeightType, seed: number
     ['llama.rope.freq_base', 'f32', 10000],
     ['llama.attention.layer_norm_rms_epsilon', 'f32', 1e-5],
     ['tokenizer.ggml.model', 'string', 'llama'],
-    ['tokenizer.ggml.tokens', 'strings', v.tokens],
-    ['tokenizer.ggml.scores', 'f32s', v.scores],
-    ['tokenizer.ggml.token_type', 'i32s', v.types],
+    ['tokenizer.ggml.tokens', 'string[]', v.tokens],
+    ['tokenizer.ggml.scores', 'f32[]', v.scores],
+    ['tokenizer.ggml.token_type', 'i32[]', v.types],
     ['tokenizer.ggml.unknown_token_id', 'u32', 0],
     ['tokenizer.ggml.bos_token_id', 'u32', 1],
     ['tokenizer.ggml.eos_token_id', 'u32', 2],
