@@ -77,24 +77,32 @@ describe('llama.cpp through the Vulkan driver survives the server', () => {
     };
     let server = await serve();
     const manifest = path.join(icd, 'vugpu_icd.json');
-    const worker = spawnLogged(nodeBinary(), [path.join(repo, 'bench/lib/llama-worker.ts'), '--modules', llamaModules(), '--model', llamaModel('tiny', 'f32'), '--gpu', 'vulkan', '--ctx', '256'],
-      { VUGPU_SOCKET: socket, VK_DRIVER_FILES: manifest, VK_ICD_FILENAMES: manifest });
-    await waitFor('llama.cpp ready on the vugpu device', worker.out, (l) => l.startsWith('{"ready"'), 300_000);
+    const startWorker = async (what: string) => {
+      const w = spawnLogged(nodeBinary(), [path.join(repo, 'bench/lib/llama-worker.ts'), '--modules', llamaModules(), '--model', llamaModel('tiny', 'f32'), '--gpu', 'vulkan', '--ctx', '256'],
+        { VUGPU_SOCKET: socket, VK_DRIVER_FILES: manifest, VK_ICD_FILENAMES: manifest });
+      await waitFor(what, w.out, (l) => l.startsWith('{"ready"'), 300_000);
+      return w;
+    };
     let id = 0;
-    const generate = async (): Promise<number[]> => {
+    /** One greedy generation of 8 tokens from a fixed prompt: the worker's answer. */
+    const request = async (w: { p: ChildProcess; out: string[] }, what: string): Promise<{ tokens?: number[]; error?: string; line: string }> => {
       const want = ++id;
-      worker.p.stdin!.write(`${JSON.stringify({ id: want, prompt: [1, 300, 301, 302, 303, 304], tokens: 8 })}\n`);
-      const line = await waitFor(`generation ${want}`, worker.out, (l) => l.startsWith(`{"id":${want},`), 300_000);
-      const r = JSON.parse(line) as { tokens?: number[]; error?: string };
-      expect(r.error, line).toBeUndefined();
+      w.p.stdin!.write(`${JSON.stringify({ id: want, prompt: [1, 300, 301, 302, 303, 304], tokens: 8 })}\n`);
+      const line = await waitFor(what, w.out, (l) => l.startsWith(`{"id":${want},`), 300_000);
+      return { ...(JSON.parse(line) as { tokens?: number[]; error?: string }), line };
+    };
+    const worker = await startWorker('llama.cpp ready on the vugpu device');
+    const generate = async (what: string): Promise<number[]> => {
+      const r = await request(worker, what);
+      expect(r.error, r.line).toBeUndefined();
       return r.tokens!;
     };
-    const before = await generate();
+    const before = await generate('the first generation');
     expect(before).toHaveLength(8);
 
     const up = spawnSync(nodeBinary(), [path.join(repo, 'src/cli.ts'), 'upgrade', '--state-dir', state], { cwd: repo, encoding: 'utf8', timeout: 120_000 });
     expect(up.status, `${up.stdout}${up.stderr}\n${server.out.slice(-20).join('\n')}`).toBe(0);
-    expect(await generate(), 'after the live upgrade').toEqual(before);
+    expect(await generate('after the live upgrade'), 'after the live upgrade').toEqual(before);
 
     // SIGKILL whichever process serves now (the upgrade's successor), then start it again
     const pid = Number(/pid (\d+)/.exec(up.stdout)?.[1] ?? 0);
@@ -102,21 +110,14 @@ describe('llama.cpp through the Vulkan driver survives the server', () => {
     else server.p.kill('SIGKILL');
     await new Promise((r) => setTimeout(r, 500));
     server = await serve();
-    const want = ++id;
-    worker.p.stdin!.write(`${JSON.stringify({ id: want, prompt: [1, 300, 301, 302, 303, 304], tokens: 8 })}\n`);
-    const line = await waitFor('generation after SIGKILL + restart', worker.out, (l) => l.startsWith(`{"id":${want},`), 300_000);
-    const r = JSON.parse(line) as { tokens?: number[]; error?: string };
+    const r = await request(worker, 'generation after SIGKILL + restart');
     console.log(`after SIGKILL + restart, the same llama.cpp process: ${r.error ?? 'the same tokens'}`);
-    if (r.error) expect(r.error, line).toMatch(/DeviceLost/);
+    if (r.error) expect(r.error, r.line).toMatch(/DeviceLost/);
     else expect(r.tokens).toEqual(before);
     worker.p.stdin!.end();
     // a new process on the restarted server: the same tokens
-    const fresh = spawnLogged(nodeBinary(), [path.join(repo, 'bench/lib/llama-worker.ts'), '--modules', llamaModules(), '--model', llamaModel('tiny', 'f32'), '--gpu', 'vulkan', '--ctx', '256'],
-      { VUGPU_SOCKET: socket, VK_DRIVER_FILES: manifest, VK_ICD_FILENAMES: manifest });
-    await waitFor('a new llama.cpp process ready', fresh.out, (l) => l.startsWith('{"ready"'), 300_000);
-    fresh.p.stdin!.write(`${JSON.stringify({ id: 100, prompt: [1, 300, 301, 302, 303, 304], tokens: 8 })}\n`);
-    const again = JSON.parse(await waitFor('generation in a new process', fresh.out, (l) => l.startsWith('{"id":100,'), 300_000)) as { tokens?: number[]; error?: string };
-    expect(again.error).toBeUndefined();
+    const again = await request(await startWorker('a new llama.cpp process ready'), 'generation in a new process');
+    expect(again.error, again.line).toBeUndefined();
     expect(again.tokens).toEqual(before);
   }, 900_000);
 });
