@@ -5,11 +5,15 @@
 // seconds VM a loads the endless program (guest/programs/endless.comp: `for (;;)` with
 // `continue` and an atomicAdd) and launches it over 256 workgroups (`vugpu-programs --endless 1`);
 // b goes on until a's launch has been stopped and --tail seconds more. Reports VM b's longest
-// launch, p99.9, p50, failures and windows with a stall, and VM a's outcome (WATCHDOG expected,
-// PROGRAM_LOOP_LIMIT on a device with a loop cap). Writes bench/results/neighbour/<device>.json.
+// launch, p99.9, p50, failures and windows with a stall, and VM a's outcome (WATCHDOG expected;
+// CTXSW_TIMEOUT where the engine switches contexts itself, a GPU; PROGRAM_LOOP_LIMIT on a device
+// with a loop cap). Writes bench/results/neighbour/<device>.json.
 //   node bench/neighbour.ts [--engine vulkan,auto] [--device NAME] [--watchdog-ms N]
 //                           [--attack-after S] [--tail S] [--endless N]
-// (--endless N: VM a launches the endless program N times in a row, each on a fresh context.)
+//                           [--timeslice-ms N] [--timeslice-always] [--json FILE]
+// (--endless N: VM a launches the endless program N times in a row, each on a fresh context;
+// --timeslice-ms/--timeslice-always go to serve (src/gpu/ctxsw.ts); --json FILE writes the result
+// there instead of bench/results, for test/integration/ctxsw.test.ts.)
 // Runs from a checkout (builds the twin with make) and from the offline bundle (its twin/);
 // bench/gpu-host-neighbour.sh is the GPU host's call. Exit 1 if a scenario could not run.
 import { spawn, spawnSync } from 'node:child_process';
@@ -31,12 +35,16 @@ function usage(msg: string): never {
   process.exit(2);
 }
 
-let opts: { engine: string; device?: string; 'watchdog-ms'?: string; 'attack-after': string; tail: string; endless: string };
+let opts: {
+  engine: string; device?: string; 'watchdog-ms'?: string; 'attack-after': string; tail: string; endless: string;
+  'timeslice-ms'?: string; 'timeslice-always'?: boolean; json?: string;
+};
 try {
   opts = parseArgs({
     options: {
       engine: { type: 'string', default: 'auto' }, device: { type: 'string' }, 'watchdog-ms': { type: 'string' },
       'attack-after': { type: 'string', default: '2' }, tail: { type: 'string', default: '2' }, endless: { type: 'string', default: '1' },
+      'timeslice-ms': { type: 'string' }, 'timeslice-always': { type: 'boolean' }, json: { type: 'string' },
     },
   }).values as typeof opts;
 } catch (e) {
@@ -54,6 +62,11 @@ const watchdogMs = num(opts['watchdog-ms'], '--watchdog-ms');
 const attackAfterS = num(opts['attack-after'], '--attack-after')!;
 const tailS = num(opts.tail, '--tail')!;
 const endlessN = Math.max(1, Math.floor(num(opts.endless, '--endless')!));
+const timesliceMs = num(opts['timeslice-ms'], '--timeslice-ms');
+const serveExtra = [
+  ...(timesliceMs !== undefined ? ['--timeslice-ms', String(Math.floor(timesliceMs))] : []),
+  ...(opts['timeslice-always'] ? ['--timeslice-always'] : []),
+];
 
 /** The result file's name: the first Vulkan device, as other results name it. */
 function deviceName(): string {
@@ -120,7 +133,7 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
   const server = await startServer({
     socket: sock('a'),
     args: ['--mode', 'fv', '--vm', `name=b,socket=${sock('b')},mode=fv,slice=1G`, '--vram', '4G', '--engine', engine,
-      ...(watchdogMs !== undefined ? ['--watchdog-ms', String(watchdogMs)] : [])],
+      ...(watchdogMs !== undefined ? ['--watchdog-ms', String(watchdogMs)] : []), ...serveExtra],
   });
   try {
     if (!(await until(() => fs.existsSync(sock('b')), 30_000))) throw new Error(`VM b's socket never appeared\n${server.tail()}`);
@@ -212,11 +225,16 @@ console.log(`\nbench:neighbour on ${device} (VM a: endless program after ${attac
 console.log(textTable(['engine', 'a: outcome', 'a: ms', 'b: launches', 'b: failed', 'b: p50 µs', 'b: p99.9 ms', 'b: max ms', `b: windows > ${GOAL_MS} ms`, 'b: max during a (ms)'], rows));
 // From the bundle there is no git: its BUNDLE-INFO says which commit it was built from.
 const bundleInfo = fs.existsSync(path.join(repoRoot, 'BUNDLE-INFO')) ? fs.readFileSync(path.join(repoRoot, 'BUNDLE-INFO'), 'utf8').trim().split('\n') : null;
-const file = writeBenchResult(BENCH, device, {
+const result = {
   bundle: bundleInfo,
   scenario: 'fv, two VMs on one serve; twins (host backend): b launches the built-in NOP back to back, a launches the endless program over 256 workgroups',
   goal: `VM b: longest launch <= ${GOAL_MS} ms and no failed launch while VM a runs an endless program`,
-  attackAfterS, tailS, runs,
-});
-console.log(`wrote ${path.relative(repoRoot, file)}`);
+  attackAfterS, tailS, serveArgs: serveExtra, runs,
+};
+if (opts.json) {
+  fs.writeFileSync(opts.json, `${JSON.stringify(result, null, 2)}\n`);
+} else {
+  const file = writeBenchResult(BENCH, device, result);
+  console.log(`wrote ${path.relative(repoRoot, file)}`);
+}
 process.exit(broken ? 1 : 0);

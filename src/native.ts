@@ -164,6 +164,8 @@ export interface VulkanAddon {
    * the environment): for tests and benchmarks that change one between launches. The knobs read
    * at open (MEMORY, CMD_QUERY_RESET, COMPUTE_QUEUES) keep the open device's choice. */
   vulkanReadTuning(): VulkanTuning;
+  /** Open way `way`'s own device now on a thread of its own (a GPU's; otherwise at first launch). */
+  vulkanPrepareWay(way: number): void;
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;
   /** Test hook (VUGPU_TEST_HOOKS=1, a GPU opened with them): really lose the device — dispatch

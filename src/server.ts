@@ -63,6 +63,10 @@ export interface VugpuOptions {
   vulkanDevice?: string;
   /** Completion polling in µs (EngineOptions.completionPollUs); default: the device's. */
   completionPollUs?: number;
+  /** A guest program's timeslice on a device that cannot switch it out, ms (EngineOptions). */
+  timesliceMs?: number;
+  /** Switch contexts in the engine on any program device (EngineOptions.timesliceAlways). */
+  timesliceAlways?: boolean;
 }
 
 /**
@@ -117,6 +121,7 @@ export class Vugpu {
     this.engine = new Engine({
       vramSize: opts.vramSize, channels: opts.channels, watchdogMs: opts.watchdogMs, vramFd: adopt?.vramFd,
       programs: this.programs, builtinsOnPrograms: backend === 'vulkan', completionPollUs: opts.completionPollUs,
+      timesliceMs: opts.timesliceMs, timesliceAlways: opts.timesliceAlways,
     });
     this.metrics.setEngineInfo({ backend, device: this.programs?.device ?? 'none' });
     // Completion polling (src/gpu/jobs.ts): how often the JS thread polled, and how each poll
@@ -157,6 +162,14 @@ export class Vugpu {
       help: 'How long the JS thread polls for a job completion, and a pool thread for the next job after a device task, before sleeping (serve --completion-poll-us).',
       samples: () => [{ labels: {}, value: this.engine.completionPollUs }],
     });
+    const ctxsw = this.engine.cp.ctxsw;
+    if (ctxsw) {
+      this.metrics.addFamily({
+        name: 'ctxsw_cuts_total', type: 'counter',
+        help: "Guest programs stopped with CTXSW_TIMEOUT after their timeslice while another VM's work waited (serve --timeslice-ms; a GPU cannot switch them out).",
+        samples: () => [{ labels: {}, value: ctxsw.cuts }],
+      });
+    }
     this.server = new Server({
       ...(opts.allowUnsealedDma ? { limits: { dmaRequireSealed: false } } : {}),
       persistence: opts.persistence,

@@ -299,6 +299,7 @@
 #define VG_CERR_BAD_PROGRAM 18        /* reason in PFIFO_CHAN_ERR_REASON (hw-spec 1.1) */
 #define VG_CERR_PROGRAM_LOOP_LIMIT 19 /* reached PROG_MAX_LOOP_ITERATIONS (hw-spec 1.1) */
 #define VG_CERR_ENGINE_LOST 20        /* the engine restarted (vugpu restarted/upgraded) or its program device was lost mid-job; the driver rebinds and carries on */
+#define VG_CERR_CTXSW_TIMEOUT 21      /* a program held a device that cannot switch it out for a timeslice while another VM waited, and was stopped (hw-spec 1.5) */
 
 /* §6.3.6 BAD_PROGRAM reasons (PFIFO_CHAN_ERR_REASON) */
 #define VG_PROG_ERR_UNSUPPORTED 1

@@ -22,6 +22,8 @@ static inline const char *vg_chan_err_name(unsigned int code)
 		return "PROGRAM_LOOP_LIMIT";
 	if (code == 20)
 		return "ENGINE_LOST";
+	if (code == 21)
+		return "CTXSW_TIMEOUT";
 	if (code == 0xff)
 		return "DEVICE_LOST";
 	return "UNKNOWN";

@@ -15,7 +15,8 @@
 #define NOT_PRESENT_OR_RANGE (BIT(VG_FAULT_PTE_NOT_PRESENT) | BIT(VG_FAULT_VRAM_OUT_OF_RANGE))
 /* Every channel error code of hw-spec §8.2. */
 #define KNOWN_CODES (BIT(1) | BIT(2) | BIT(3) | BIT(4) | BIT(5) | BIT(6) | BIT(7) | BIT(8) | BIT(9) | \
-		     BIT(10) | BIT(16) | BIT(17) | BIT(VG_CERR_BAD_PROGRAM) | BIT(VG_CERR_PROGRAM_LOOP_LIMIT))
+		     BIT(10) | BIT(16) | BIT(17) | BIT(VG_CERR_BAD_PROGRAM) | BIT(VG_CERR_PROGRAM_LOOP_LIMIT) | \
+		     BIT(VG_CERR_CTXSW_TIMEOUT))
 
 uint32_t lcg_steps(uint32_t s, uint64_t n)
 {

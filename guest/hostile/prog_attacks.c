@@ -45,7 +45,8 @@ static struct expect pexp(struct ctx *x, uint32_t codes, uint32_t prog_reasons)
 
 	e.prog_reasons = prog_reasons;
 	if (!programs_on(x)) {
-		e.codes = (codes & ~(BIT(0) | BIT(VG_CERR_MMU_FAULT) | BIT(VG_CERR_WATCHDOG) | BIT(VG_CERR_PROGRAM_LOOP_LIMIT))) | PBAD;
+		e.codes = (codes & ~(BIT(0) | BIT(VG_CERR_MMU_FAULT) | BIT(VG_CERR_WATCHDOG) | BIT(VG_CERR_PROGRAM_LOOP_LIMIT) |
+				 BIT(VG_CERR_CTXSW_TIMEOUT))) | PBAD;
 		e.prog_reasons = (codes & PBAD) && prog_reasons ? prog_reasons | R(UNSUPPORTED) : (codes & PBAD) ? 0 : R(UNSUPPORTED);
 	}
 	return e;
@@ -386,7 +387,9 @@ static int endless_loop(struct ctx *x)
 	if (!programs_on(x))
 		stopped = o.err == VG_CERR_BAD_PROGRAM && rd32(&x->d, VG_PFIFO_CHAN_ERR_REASON(chid)) == VG_PROG_ERR_UNSUPPORTED;
 	else
-		stopped = (o.err == VG_CERR_WATCHDOG || (loop_limit && o.err == VG_CERR_PROGRAM_LOOP_LIMIT)) &&
+		/* CTXSW_TIMEOUT: on a GPU, a co-tenant's work waited and the engine cut it (ctxsw.ts) */
+		stopped = (o.err == VG_CERR_WATCHDOG || o.err == VG_CERR_CTXSW_TIMEOUT ||
+			   (loop_limit && o.err == VG_CERR_PROGRAM_LOOP_LIMIT)) &&
 			  (o.state & VG_STATE_ERROR) && !(o.state & VG_STATE_ENABLE);
 
 	/* rebind the same channel: the error clears, the next launch runs */

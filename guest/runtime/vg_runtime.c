@@ -105,7 +105,7 @@ static const struct vg_result_info {
 	{ VG_ERROR_INVALID_HANDLE, "VG_ERROR_INVALID_HANDLE", "pointer is not an allocation of this context" },
 	{ VG_ERROR_NOT_READY, "VG_ERROR_NOT_READY", "work still in progress" },
 	{ VG_ERROR_ILLEGAL_ADDRESS, "VG_ERROR_ILLEGAL_ADDRESS", "the GPU faulted on an address (MMU fault)" },
-	{ VG_ERROR_LAUNCH_TIMEOUT, "VG_ERROR_LAUNCH_TIMEOUT", "a job ran past the device watchdog and was cancelled" },
+	{ VG_ERROR_LAUNCH_TIMEOUT, "VG_ERROR_LAUNCH_TIMEOUT", "a job ran past the time the device allows (its watchdog, or a timeslice while another VM waited) and was stopped" },
 	{ VG_ERROR_LAUNCH_FAILED, "VG_ERROR_LAUNCH_FAILED", "the channel failed (bad command, launch or instance)" },
 	{ VG_ERROR_KERNEL, "VG_ERROR_KERNEL", "the kernel rejected its parameters or buffers" },
 	{ VG_ERROR_PROGRAM_LOOP_LIMIT, "VG_ERROR_PROGRAM_LOOP_LIMIT", "a program reached the device's loop limit and was stopped" },
@@ -178,6 +178,7 @@ static vgResult channel_error(vgContext ctx, const struct vugpu_error *e)
 		r = VG_ERROR_ILLEGAL_ADDRESS;
 		break;
 	case VG_CERR_WATCHDOG:
+	case VG_CERR_CTXSW_TIMEOUT: /* ran out of the time the device allows, as with the watchdog */
 		r = VG_ERROR_LAUNCH_TIMEOUT;
 		break;
 	case VG_CERR_KERNEL_ERROR:

@@ -42,7 +42,8 @@ export interface AggregatorOptions {
   /** First re-check of a running submission, ms (doubles up to 100 ms). */
   stallCheckMs?: number;
   /** A submission still running after this long gives the device back and goes on beside the
-   * others, on its VM's own way onto the device (default 50 ms; 0 = never). */
+   * others, on its VM's own way onto the device (default 50 ms, or the engine's timeslice where it
+   * switches contexts itself; 0 = never). */
   releaseAfterMs?: number;
   /** How long a detached VM's slice stays quarantined before reuse, ms (cancelled jobs may
    * still be writing to it until they notice the cancel). */
@@ -129,7 +130,10 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
     this.engine = engine;
     this.log = opts.log ?? logger.child({ part: 'aggregator' });
     this.stallCheckMs = opts.stallCheckMs ?? 10;
-    this.releaseAfterNs = (opts.releaseAfterMs ?? 50) * 1e6;
+    // Where the engine switches contexts itself (gpu/ctxsw.ts), a released submission's jobs still
+    // wait there for the device, so the release may come as early as a program's timeslice: the
+    // next VM's job then reaches the context switch, which cuts the program, within it.
+    this.releaseAfterNs = (opts.releaseAfterMs ?? opts.engine.cp.ctxsw?.timesliceMs ?? 50) * 1e6;
     this.quarantineMs = opts.quarantineMs ?? 250;
     this.metrics = opts.metrics ?? null;
     const vram = engine.vramSize;
@@ -240,6 +244,8 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
     this.byIndex[index] = vm;
     this.vms.set(o.name, vm);
     this.log.info({ vm: o.name, mode: o.mode, index, sliceMiB: o.slice / MIB, sliceBase: base, weight: vm.weight }, 'vgpu attached');
+    // Its way onto the device is opened now, not in the middle of its neighbours' work.
+    this.engine.prepareOwner(vm.index + 1);
     return vm;
   }
 

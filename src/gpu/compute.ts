@@ -8,6 +8,7 @@ import type { WindowRef } from './windows.ts';
 import type { ChannelState } from './channel.ts';
 import { CONTINUE, STOP, type PostOp, type Step, type ClassContext } from './step.ts';
 import { jobPool } from './jobs.ts';
+import { GpuJob } from './ctxsw.ts';
 import { KERNELS } from './kernels.ts';
 import { ProgramCache, type Program } from './programs.ts';
 import { builtinPlan } from './program/builtins.ts';
@@ -216,7 +217,7 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   return cp.startJob(ch, (wd, done) => cache.backend.dispatch(job, wd, done), post, () => {
     mapped.unmap();
     cache.unuse(prog);
-  });
+  }, GpuJob.PROGRAM);
 }
 
 /** A built-in kernel as its SPIR-V version (builtin-programs.ts): the same checks and results. */
@@ -261,7 +262,7 @@ function launchBuiltinProgram(cp: ClassContext, ch: ChannelState, flags: number,
   return cp.startJob(ch, (wd, done) => runPlan(run, wd, done), post, () => {
     mapped.unmap();
     cache.unuse(prog);
-  });
+  }, GpuJob.BUILTIN);
 }
 
 function words(b: Uint8Array): Uint32Array {

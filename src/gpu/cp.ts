@@ -20,6 +20,7 @@ import { copyMethod } from './copy.ts';
 import { BLOCK, CONTINUE, STOP, type ClassContext, type ClassMethod, type PostOp, type Step } from './step.ts';
 
 import { computeMethod } from './compute.ts';
+import { GpuJob, type ContextSwitch } from './ctxsw.ts';
 
 /** Methods executed per pump turn before yielding to the event loop. */
 const TURN_BUDGET = 65536;
@@ -48,6 +49,9 @@ export class CommandProcessor implements ClassContext {
   programs: ProgramCache | null = null;
   /** Run KERNEL_ID launches as the built-ins' SPIR-V on the program backend (--engine vulkan). */
   builtinsOnPrograms = false;
+  /** The program device's jobs go through it when the device cannot switch a running program
+   * out for another owner's (ctxsw.ts); null = the device time-slices them itself. */
+  ctxsw: ContextSwitch | null = null;
   private ready = new Set<ChannelState>();
   /** No method runs while halted (a live upgrade's handover: jobs in flight finish, nothing new
    * starts, so the last checkpoint is exact wherever a channel stands in its pushbuffer). */
@@ -455,7 +459,7 @@ export class CommandProcessor implements ClassContext {
 
   /** Block the channel on a native job; `cleanup` runs when it completes (unmap windows). */
   startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
-           post: PostOp, cleanup: () => void): Step {
+           post: PostOp, cleanup: () => void, gpu: GpuJob = GpuJob.NONE): Step {
     if (!this.poolHeld) {
       jobPool.acquire();
       this.poolHeld = true;
@@ -464,12 +468,33 @@ export class CommandProcessor implements ClassContext {
     const where = this.where;
     ch.wait = WAIT_JOB;
     this.inFlight++;
-    const id = submit(this.watchdogMs, (r) => {
-      this.inFlight--;
-      cleanup();
-      this.jobDone(ch, epoch, where, r, post);
-    });
-    ch.job = id;
+    const ctxsw = gpu !== GpuJob.NONE ? this.ctxsw : null;
+    if (!ctxsw) {
+      ch.job = submit(this.watchdogMs, (r) => {
+        this.inFlight--;
+        cleanup();
+        this.jobDone(ch, epoch, where, r, post);
+      });
+      return BLOCK;
+    }
+    // Through the context switch: now, or once another owner's job has left the device.
+    const run = (): boolean => {
+      if (epoch !== ch.epoch || ch.wait !== WAIT_JOB) {
+        // Stopped (error, unbind, reset) while it waited: nothing to run.
+        this.inFlight--;
+        cleanup();
+        return false;
+      }
+      ch.job = submit(this.watchdogMs, (r) => {
+        this.inFlight--;
+        ctxsw.leave(ch);
+        cleanup();
+        this.jobDone(ch, epoch, where, r, post);
+      });
+      ctxsw.started(ch, gpu);
+      return true;
+    };
+    if (ctxsw.enter(ch.owner, run)) run();
     return BLOCK;
   }
 
@@ -478,12 +503,18 @@ export class CommandProcessor implements ClassContext {
     ch.deviceNs += r.deviceNs;
     ch.busyNs += r.deviceNs;
     ch.jobs++;
+    const cut = ch.ctxswCut;
+    ch.ctxswCut = false;
     if (epoch !== ch.epoch || ch.wait !== WAIT_JOB) return;
     ch.job = -1;
     ch.wait = WAIT_NONE;
     this.where = where;
     if (r.timedOut) {
       this.error(ch, CHAN_ERR.WATCHDOG);
+    } else if (cut && r.status !== 0) {
+      // The context switch stopped it for another owner (ctxsw.ts); one that completed anyway
+      // keeps its results, as after a late watchdog.
+      this.error(ch, CHAN_ERR.CTXSW_TIMEOUT);
     } else if (r.status === -ELOOP) {
       this.error(ch, CHAN_ERR.PROGRAM_LOOP_LIMIT);
     } else if (r.status === -ENODEV) {

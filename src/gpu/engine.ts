@@ -14,6 +14,7 @@ import { diagRegisters } from './diag.ts';
 import { Mmu, mmuRegisters } from './mmu.ts';
 import { Pfifo } from './pfifo.ts';
 import { CommandProcessor } from './cp.ts';
+import { ContextSwitch } from './ctxsw.ts';
 import { pprogRegisters } from './pprog.ts';
 import { ProgramCache, type ProgramBackend } from './programs.ts';
 import { BUILTIN_OWNER } from './builtin-programs.ts';
@@ -49,10 +50,20 @@ export interface EngineOptions {
   programsPerOwner?: number;
   /** Run the built-in kernels as their SPIR-V versions on the program device (`--engine vulkan`). */
   builtinsOnPrograms?: boolean;
+  /** How long a guest program may hold a program device that cannot switch it out while
+   * another owner's job waits, ms (ctxsw.ts); 0 = never cut. Default 20. */
+  timesliceMs?: number;
+  /** Switch contexts in the engine on any program device, also one that time-slices itself (a
+   * CPU device): how the GPU's behaviour is tested where there is none. */
+  timesliceAlways?: boolean;
   /** Poll for job completions up to this many µs instead of sleeping (jobs.ts); 0 = never.
    * Default: the program device's suggestion (a GPU on a host of ≥ 4 CPUs: 1000), else 0. */
   completionPollUs?: number;
 }
+
+/** A guest program's timeslice on a device that cannot switch it out (ctxsw.ts): a neighbour's
+ * wait stays within the 50 ms issue 34 asks for, with room for the cut and its own launch. */
+export const DEFAULT_TIMESLICE_MS = 20;
 
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */
 const MAX_LOGGED_UNKNOWN = 256;
@@ -104,11 +115,20 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
       this.cp.windows.readOnly = opts.programs.readOnlyWindows ?? 'private';
     }
     this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
+    const timesliceMs = opts.timesliceMs ?? DEFAULT_TIMESLICE_MS;
+    if (opts.programs && timesliceMs > 0 && (opts.timesliceAlways || opts.programs.timesliced === false)) {
+      this.cp.ctxsw = new ContextSwitch({
+        timesliceMs,
+        cancel: (ch) => {
+          if (ch.job >= 0) jobPool.cancel(ch.job);
+        },
+      });
+    }
     this.completionPollUs = opts.completionPollUs ?? opts.programs?.completionPollUs ?? 0;
     jobPool.setCompletionPoll(this, this.completionPollUs);
     this.regs = new RegisterFile(tables);
     this.log.info(
-      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs, programDevice: this.programDevice, completionPollUs: this.completionPollUs },
+      { vramMiB: this.vram.size >> 20, channels: this.fifo.channels.length, watchdogMs: this.cp.watchdogMs, programDevice: this.programDevice, completionPollUs: this.completionPollUs, timesliceMs: this.cp.ctxsw?.timesliceMs ?? 0 },
       'gpu engine created',
     );
   }
@@ -163,6 +183,12 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
   setChannelOwner(chid: number, owner: number): void {
     const ch = this.fifo.channels[chid];
     if (ch) ch.owner = owner;
+  }
+
+  /** An owner arrived (a VM attached): let the program device open its way now (a GPU's device
+   * open pauses the driver's other devices, so not at the owner's first launch). */
+  prepareOwner(owner: number): void {
+    this.cp.programs?.backend.prepareWay?.(owner);
   }
 
   /** An owner left (VM detached or reset): forget the programs compiled for it. */

@@ -87,12 +87,18 @@ export interface ProgramBackend {
   readonly readOnlyWindows?: ReadOnlyWindows;
   /** µs of completion polling this device suggests to the engine (jobs.ts); absent = none. */
   readonly completionPollUs?: number;
+  /** Whether the device itself switches between ways while a program runs (a CPU device's
+   * threads); false: a program that never ends holds the device, and the engine switches
+   * (ctxsw.ts). Absent = true. */
+  readonly timesliced?: boolean;
   /** Bumped when the device is lost and rebuilt (a multi-dispatch launch that spans it fails). */
   generation?(): number;
   /** Check, rewrite and compile into `slot`; status 0 = ready, -EINVAL = refused (see info). */
   compile(slot: number, words: Uint32Array, entryIndex: number, spec: Uint32Array, done: (r: JobResult) => void): number;
   info(slot: number): CompiledInfo;
   dispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number;
+  /** Open `way`'s own device now, in the background (DispatchJob.way); absent = at first use. */
+  prepareWay?(way: number): void;
   cancel(id: number): void;
   release(slot: number): void;
   close(): void;

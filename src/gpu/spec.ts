@@ -247,6 +247,8 @@ export const CHAN_ERR = {
   MMU_FAULT: 16, KERNEL_ERROR: 17,
   // hw-spec 1.1
   BAD_PROGRAM: 18, PROGRAM_LOOP_LIMIT: 19, ENGINE_LOST: 20,
+  // hw-spec 1.2
+  CTXSW_TIMEOUT: 21,
 } as const;
 export type ChanErrCode = (typeof CHAN_ERR)[keyof typeof CHAN_ERR];
 

@@ -1,6 +1,7 @@
 // What the command processor (cp.ts) and its classes (copy.ts, compute.ts) share: the result of
 // executing one method, a launch's completion actions, and the part of the command processor a
 // class may use. A leaf module, so the classes never import the command processor itself.
+import type { GpuJob } from './ctxsw.ts';
 import type { ChannelState } from './channel.ts';
 import type { Extent } from './bus.ts';
 import type { GpuCore } from './core.ts';
@@ -36,8 +37,9 @@ export interface ClassContext {
   readVa(ch: ChannelState, va: number, length: number, unit: FaultUnit): Uint8Array | null;
   writeVa(ch: ChannelState, va: number, bytes: Uint8Array, unit: FaultUnit): boolean;
   translate(ch: ChannelState, va: number, length: number, write: boolean, unit: FaultUnit): Extent[] | null;
+  /** Block the channel on a job; `gpu` says what it is to the context switch (ctxsw.ts). */
   startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
-           post: PostOp, cleanup: () => void): Step;
+           post: PostOp, cleanup: () => void, gpu?: GpuJob): Step;
   waitProgram(ch: ChannelState): (compileNs: number, relaunch: () => Step) => void;
   blockOnProgram(ch: ChannelState): Step;
 }

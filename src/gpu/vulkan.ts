@@ -58,6 +58,7 @@ export class VulkanBackend implements ProgramBackend {
   readonly limits: ProgramLimits;
   readonly readOnlyWindows: ReadOnlyWindows;
   readonly completionPollUs: number;
+  readonly timesliced: boolean;
   private closed = false;
 
   readonly deviceInfo: VulkanDeviceInfo;
@@ -73,6 +74,9 @@ export class VulkanBackend implements ProgramBackend {
     // A GPU finishes most launches in well under a millisecond: wake for them by polling (jobs.ts),
     // on a host with cores to spare. A CPU device computes on the cores a poll would take.
     this.completionPollUs = info.type !== 'cpu' && os.availableParallelism() >= 4 ? GPU_COMPLETION_POLL_US : 0;
+    // A CPU device's ways are threads the OS time-slices; a GPU's driver does not switch a program
+    // that never ends out for another context (ctxsw.ts).
+    this.timesliced = info.type === 'cpu';
   }
 
   /** Open the named device (substring match) or the first suitable one; throws a readable
@@ -104,6 +108,11 @@ export class VulkanBackend implements ProgramBackend {
 
   dispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number {
     return jobPool.submitDispatch(job, watchdogMs, done);
+  }
+
+  prepareWay(way: number): void {
+    // A CPU device's way opens in well under a second, and only a VM that launches needs one.
+    if (!this.timesliced) native.vulkanPrepareWay(way);
   }
 
   cancel(id: number): void {

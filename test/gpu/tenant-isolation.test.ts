@@ -201,3 +201,87 @@ describe('endless kernels of one VM beside another VM (CPU engine)', () => {
     console.log('tenant isolation (CPU engine):', JSON.stringify(report));
   }, 6 * WATCHDOG_MS + 30_000);
 });
+
+// The engine's context switch (src/gpu/ctxsw.ts), which a GPU needs because its driver does not
+// switch a program that never ends out for another context: forced on lavapipe here
+// (timesliceAlways), where the device would time-slice the ways itself. With VM b waiting, VM a's
+// endless program is cut after its timeslice with CTXSW_TIMEOUT — long before the watchdog — and
+// b's launches never overlap it on the device; with nobody waiting the program runs on until the
+// watchdog, as without the switch.
+const TIMESLICE_MS = 20;
+describe.skipIf(!haveBackend || !haveGlslang)("the engine's context switch (a GPU's, forced on lavapipe)", () => {
+  let engine: Engine;
+  let drv: HostDriver;
+  beforeAll(() => {
+    execFileSync('bash', [path.join(new URL('../../', import.meta.url).pathname, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
+    const programs = VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined);
+    engine = new Engine({
+      vramSize: 64 << 20, channels: 8, programs, builtinsOnPrograms: true, watchdogMs: WATCHDOG_MS,
+      timesliceMs: TIMESLICE_MS, timesliceAlways: true,
+    });
+    drv = new HostDriver(engine);
+  });
+  afterAll(() => {
+    drv?.close();
+    engine?.close();
+  });
+
+  it('cuts the endless program of VM a after its timeslice while VM b waits; b never fails', async () => {
+    expect(engine.cp.ctxsw?.timesliceMs).toBe(TIMESLICE_MS);
+    const a = drv.createChannel();
+    const b = drv.createChannel();
+    engine.setChannelOwner(a.chid, 1);
+    engine.setChannelOwner(b.chid, 2);
+    const counter = drv.vramBuffer(a.vm, 4096);
+    const endless = drv.programBuffer(a.vm, glsl(ENDLESS));
+    await b.launch(K.NOP, []);
+    const cutsBefore = engine.cp.ctxsw!.cuts;
+    const t0 = performance.now();
+    let aDone = -1;
+    const aResult = a.launchProgram(endless, { grid: [256, 1, 1], buffers: [{ va: counter.va, length: 4096 }] }).then(
+      () => null,
+      (e: unknown) => e,
+    ).finally(() => {
+      aDone = performance.now() - t0;
+    });
+    const times: number[] = [];
+    const failures: string[] = [];
+    while (aDone < 0 || performance.now() - t0 < aDone + 100) {
+      const s = performance.now();
+      try {
+        await b.launch(K.NOP, []);
+      } catch (e) {
+        failures.push(String(e));
+        if (e instanceof GpuError) b.bind();
+      }
+      times.push(performance.now() - s);
+      if (performance.now() - t0 > 2 * WATCHDOG_MS) break;
+    }
+    const err = await aResult;
+    const report = { launches: times.length, longestMs: Math.round(Math.max(...times)), attackerEndedMs: Math.round(aDone), failures: failures.slice(0, 3) };
+    console.log('context switch:', JSON.stringify(report));
+    expect((err as GpuError).code, JSON.stringify(report)).toBe(CHAN_ERR.CTXSW_TIMEOUT);
+    expect(engine.cp.ctxsw!.cuts - cutsBefore).toBe(1);
+    // Cut well before the watchdog: its timeslice after it started, plus its compile and the cut.
+    expect(aDone, JSON.stringify(report)).toBeLessThan(WATCHDOG_MS / 2);
+    expect(failures, JSON.stringify(report)).toEqual([]);
+    expect(Math.max(...times), JSON.stringify(report)).toBeLessThan(NEIGHBOUR_BOUND_MS);
+    // The rebound channel runs again.
+    a.bind();
+    await a.launch(K.NOP, []);
+  }, 4 * WATCHDOG_MS + 30_000);
+
+  it('lets the endless program run on until the watchdog while nobody waits', async () => {
+    const a = drv.createChannel();
+    engine.setChannelOwner(a.chid, 1);
+    const counter = drv.vramBuffer(a.vm, 4096);
+    const endless = drv.programBuffer(a.vm, glsl(ENDLESS));
+    const cutsBefore = engine.cp.ctxsw!.cuts;
+    const t0 = performance.now();
+    const err = await a.launchProgram(endless, { grid: [256, 1, 1], buffers: [{ va: counter.va, length: 4096 }] }).then(() => null, (e: unknown) => e);
+    const ms = performance.now() - t0;
+    expect((err as GpuError).code).toBe(CHAN_ERR.WATCHDOG);
+    expect(ms).toBeGreaterThanOrEqual(WATCHDOG_MS - 50);
+    expect(engine.cp.ctxsw!.cuts).toBe(cutsBefore);
+  }, 4 * WATCHDOG_MS + 30_000);
+});

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 
 #include "tuning.h"
@@ -724,6 +725,8 @@ std::mutex g_waysMu;
 std::vector<std::shared_ptr<Context>>* g_ways = new std::vector<std::shared_ptr<Context>>(kCpuWays);
 uint64_t g_waysFor = 0;  // the serving context's generation they were opened beside
 bool g_waysFailed[kCpuWays] = {};
+bool g_waysOpening[kCpuWays] = {};  // a way's device being opened (outside g_waysMu)
+std::condition_variable g_waysOpened;
 
 void RetireWays(std::vector<std::shared_ptr<Context>>* out) {
   for (auto& w : *g_ways) {
@@ -750,22 +753,33 @@ std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_
   const uint32_t i = way % n;
   if (i == 0) return cur;
   std::vector<std::shared_ptr<Context>> old;
-  std::lock_guard<std::mutex> lk(g_waysMu);
-  if (g_waysFor != cur->generation) {
-    RetireWays(&old);
-    g_waysFor = cur->generation;
+  std::unique_lock<std::mutex> lk(g_waysMu);
+  for (;;) {
+    if (g_waysFor != cur->generation) {
+      RetireWays(&old);
+      g_waysFor = cur->generation;
+    }
+    std::shared_ptr<Context>& slot = (*g_ways)[i];
+    if (slot && slot->lost.load()) {
+      slot->retired.store(true);
+      old.push_back(std::move(slot));
+      slot = nullptr;
+    }
+    if (slot) return slot;
+    if (g_waysFailed[i]) return cur;
+    if (!g_waysOpening[i]) break;
+    g_waysOpened.wait(lk);  // this way's own open, by another of its threads
   }
-  std::shared_ptr<Context>& slot = (*g_ways)[i];
-  if (slot && slot->lost.load()) {
-    slot->retired.store(true);
-    old.push_back(std::move(slot));
-    slot = nullptr;
-  }
-  if (slot) return slot;
-  if (g_waysFailed[i]) return cur;
-  // Opened under the lock: a CPU device opens in well under a second, once per way.
+  // Opened outside the lock: a GPU's device takes a few hundred ms to open, and another VM's
+  // launch must not wait for it (its first launch after this VM's arrival did, a whole open).
+  g_waysOpening[i] = true;
+  const uint64_t generation = cur->generation;
+  lk.unlock();
   std::string err;
   std::shared_ptr<Context> w = OpenContext(cur->wanted, &err);
+  lk.lock();
+  g_waysOpening[i] = false;
+  g_waysOpened.notify_all();
   if (!w || w->info.name != cur->info.name) {
     fprintf(stderr, "vugpu: no device of its own for way %u beside '%s' (%s): it shares the serving device\n", i,
             cur->info.name.c_str(), w ? "another device opened" : err.c_str());
@@ -773,7 +787,11 @@ std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_
     if (w) old.push_back(std::move(w));
     return cur;
   }
-  slot = w;
+  if (g_waysFor != generation) {  // the serving device was rebuilt meanwhile: this one is stale
+    old.push_back(std::move(w));
+    return cur;
+  }
+  (*g_ways)[i] = w;
   return w;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cerrno>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "../common.h"
@@ -482,6 +483,22 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, id);
 }
 
+// vulkanPrepareWay(way): open the way's device now, on a thread of its own, instead of at its first
+// launch (WayContext). Opening a GPU's device pauses the driver's other devices for a few hundred
+// ms (docs/results.md, "A tenant's hang"): at a VM's attach that pause is not in the middle of
+// its neighbours' work when it first launches.
+Napi::Value VulkanPrepareWay(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t way;
+  if (!ValueInt(env, info[0], "way", 0, UINT32_MAX, &way)) return env.Undefined();
+  std::shared_ptr<Context> cur = Ctx();
+  if (!cur) return env.Undefined();
+  std::thread([cur, way] {
+    if (!cur->lost.load()) WayContext(cur, uint32_t(way));
+  }).detach();
+  return env.Undefined();
+}
+
 // programInfo(slot) → null until the compile finished (or for an empty slot).
 Napi::Value ProgramInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -708,6 +725,7 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports) {
   exports.Set("vulkanClose", Napi::Function::New(env, VulkanClose, "vulkanClose"));
   exports.Set("vulkanStats", Napi::Function::New(env, VulkanStats, "vulkanStats"));
   exports.Set("vulkanReadTuning", Napi::Function::New(env, VulkanReadTuning, "vulkanReadTuning"));
+  exports.Set("vulkanPrepareWay", Napi::Function::New(env, VulkanPrepareWay, "vulkanPrepareWay"));
   exports.Set("vulkanSimulateLoss", Napi::Function::New(env, VulkanSimulateLoss, "vulkanSimulateLoss"));
   exports.Set("vulkanInjectFault", Napi::Function::New(env, VulkanInjectFault, "vulkanInjectFault"));
   exports.Set("vulkanDirectRun", Napi::Function::New(env, vk::DirectRunJs, "vulkanDirectRun"));

@@ -1,0 +1,135 @@
+// The engine's context switch for a program device that cannot switch a running program out
+// (hw-spec §3.4 "Preempt", docs/architecture.md "What bounds a neighbour's stall").
+//
+// A GPU does not time-slice a compute program that never ends against other contexts: measured
+// with bench/vulkan-timeslice.c, the H200's driver neither preempts it for another VkDevice of
+// the same process, of another instance nor of another process — the other context waits until
+// the driver gives up on the switch and kills the spinning one (Xid 109, CTX SWITCH TIMEOUT),
+// seconds later. So on such a device the engine does the switch itself, as a host driver does
+// when a preempt times out, but with a bound it chooses: GPU jobs of different owners (VMs)
+// never overlap on the device (a second owner's job waits here, not on the GPU where it would
+// freeze the spinning context and itself), and a guest program that has run a timeslice while
+// another owner's job waits is stopped through its cancel word; its channel reports
+// CTXSW_TIMEOUT. Built-in kernels are the host's, bounded by their size: they are never cut.
+//
+// Jobs of the owner holding the device are admitted at once while nobody else waits, so the
+// common case is a compare and a counter; with others waiting, admission alternates owners in
+// arrival order (an owner's new jobs queue behind the waiters).
+import type { ChannelState } from './channel.ts';
+
+/** What a job is to the context switch: not on the program device (native kernels, copies: not
+ * switched), a built-in kernel there (switched, never cut), a guest program (cut after a
+ * timeslice while another owner waits). */
+export const GpuJob = { NONE: 0, BUILTIN: 1, PROGRAM: 2 } as const;
+export type GpuJob = (typeof GpuJob)[keyof typeof GpuJob];
+
+export interface ContextSwitchOptions {
+  /** How long a guest program may hold the device while another owner's job waits, ms. */
+  timesliceMs: number;
+  /** Stop a job in flight (its cancel word); the channel is flagged ctxswCut first. */
+  cancel(ch: ChannelState): void;
+  now?: () => number;
+}
+
+interface Waiter {
+  owner: number;
+  run: () => boolean;
+}
+
+export class ContextSwitch {
+  readonly timesliceMs: number;
+  /** Guest programs stopped for another owner (metrics, tests). */
+  cuts = 0;
+  private holder = -1;
+  private held = 0;
+  /** The holder's guest programs in flight; each channel's ctxswSince says since when. */
+  private programs: ChannelState[] = [];
+  private waiting: Waiter[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private readonly cancel: (ch: ChannelState) => void;
+  private readonly now: () => number;
+
+  constructor(opts: ContextSwitchOptions) {
+    this.timesliceMs = opts.timesliceMs;
+    this.cancel = opts.cancel;
+    this.now = opts.now ?? (() => performance.now());
+  }
+
+  /** Run `run` now (true) or once the device is this owner's (false). `run` returns whether it
+   * started a job (a channel stopped meanwhile starts none). */
+  enter(owner: number, run: () => boolean): boolean {
+    if (this.holder < 0 || (this.holder === owner && this.waiting.length === 0)) {
+      this.holder = owner;
+      this.held++;
+      return true;
+    }
+    this.waiting.push({ owner, run });
+    this.arm();
+    return false;
+  }
+
+  /** A job admitted by enter() is in flight on `ch`. */
+  started(ch: ChannelState, kind: GpuJob): void {
+    if (kind !== GpuJob.PROGRAM) return;
+    ch.ctxswSince = this.now();
+    this.programs.push(ch);
+    if (this.waiting.length > 0) this.arm();
+  }
+
+  /** A job admitted by enter() ended (or never started). */
+  leave(ch: ChannelState): void {
+    const i = this.programs.indexOf(ch);
+    if (i >= 0) this.programs.splice(i, 1);
+    if (--this.held > 0) return;
+    this.held = 0;
+    this.holder = -1;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.admit();
+  }
+
+  /** Waiting jobs (tests, metrics). */
+  get queued(): number {
+    return this.waiting.length;
+  }
+
+  /** The device is free: the first waiter's owner takes it, with every job of that owner queued. */
+  private admit(): void {
+    while (this.holder < 0 && this.waiting.length > 0) {
+      const owner = this.waiting[0]!.owner;
+      const mine = this.waiting.filter((w) => w.owner === owner);
+      this.waiting = this.waiting.filter((w) => w.owner !== owner);
+      this.holder = owner;
+      for (const w of mine) {
+        this.held++;
+        if (!w.run()) this.held--;
+      }
+      if (this.held === 0) this.holder = -1;
+    }
+    if (this.waiting.length > 0) this.arm();
+  }
+
+  /** Cut the holder's programs once each has run its timeslice, while anyone waits. */
+  private arm(): void {
+    if (this.timer || this.programs.length === 0 || this.waiting.length === 0) return;
+    let since = Infinity;
+    for (const ch of this.programs) if (!ch.ctxswCut) since = Math.min(since, ch.ctxswSince);
+    if (since === Infinity) return; // all cut already: their completions come
+    const inMs = Math.max(0, since + this.timesliceMs - this.now());
+    this.timer = setTimeout(this.expire, inMs);
+    this.timer.unref();
+  }
+
+  private readonly expire = (): void => {
+    this.timer = null;
+    if (this.waiting.length === 0) return;
+    const now = this.now();
+    for (const ch of this.programs) {
+      if (ch.ctxswCut || now - ch.ctxswSince < this.timesliceMs) continue;
+      ch.ctxswCut = true;
+      this.cuts++;
+      this.cancel(ch);
+    }
+    this.arm();
+  };
+}
