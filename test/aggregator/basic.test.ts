@@ -1,20 +1,13 @@
 // One and two VMs on one engine through the aggregator: guest drivers (the engine's HostDriver
 // over each vGPU's register view) run kernels and copies whose results are checked exactly.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
-import { guest, host, type Guest } from './harness.ts';
+import { buf, closedAfterEach, type Guest, type Host } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';
 
-const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
-
-let h: ReturnType<typeof host> | null = null;
-const guests: Guest[] = [];
-afterEach(() => {
-  for (const g of guests.splice(0)) g.close();
-  h?.close();
-  h = null;
-});
+const { host, guest } = closedAfterEach();
+let h: Host | null = null;
 
 async function madd(g: Guest, n: number, seed: number, where: 'vram' | 'sys'): Promise<void> {
   const rand = rng(seed);
@@ -33,7 +26,6 @@ describe('aggregator basics', () => {
   it('a guest sees its slice as its VRAM and its own channel count', () => {
     h = host();
     const g = guest(h.agg, { name: 'a', mode: 'fv', slice: 64 << 20, channels: 8 });
-    guests.push(g);
     expect(g.rd(S.PFB_PART_COUNT) * g.rd(S.PFB_PART_SIZE_MB)).toBe(64);
     expect(g.rd(S.PFIFO_CHAN_COUNT)).toBe(8);
     expect(g.rd(S.PMC_BOOT_0)).toBe(S.PMC_BOOT_0_VALUE);
@@ -49,7 +41,6 @@ describe('aggregator basics', () => {
   it('one VM runs NOP, MADD (VRAM and system-memory inputs) and a copy', async () => {
     h = host();
     const g = guest(h.agg, { name: 'a', mode: 'fv', slice: 64 << 20 });
-    guests.push(g);
     await g.ch.launch(K.NOP, []);
     await madd(g, 37, 1, 'vram');
     await madd(g, 41, 2, 'sys');
@@ -69,7 +60,6 @@ describe('aggregator basics', () => {
       h = host();
       const a = guest(h.agg, { name: 'a', mode, slice: 64 << 20 });
       const b = guest(h.agg, { name: 'b', mode, slice: 64 << 20 });
-      guests.push(a, b);
       // Both guests use the same guest VRAM addresses: the slices keep them apart.
       await Promise.all([
         (async () => {
@@ -104,7 +94,6 @@ describe('aggregator basics', () => {
     h = host();
     const a = guest(h.agg, { name: 'a', mode: 'pv-batch', slice: 64 << 20 });
     const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 64 << 20 });
-    guests.push(a, b);
     for (let i = 0; i < 40; i++) {
       const g = i % 2 ? a : b;
       const dst = g.vram(16384 + 4096 * i);

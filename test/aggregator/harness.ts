@@ -6,6 +6,7 @@
 // QEMU maps guest RAM. Nothing is mocked: shadow tables, the bus resolver and the kernels run
 // for real.
 import { openSync } from 'node:fs';
+import { afterEach } from 'vitest';
 import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
 import { GpuVm, HostDriver, type HostChannel, type MapOptions } from '../support/host-driver/driver.ts';
 import { pte, type Entry } from '../support/host-driver/pte.ts';
@@ -155,6 +156,37 @@ export function views(u8: Uint8Array): { u8: Uint8Array; u32: Uint32Array; f32: 
     u8,
     u32: new Uint32Array(u8.buffer, u8.byteOffset, u8.byteLength >> 2),
     f32: new Float32Array(u8.buffer, u8.byteOffset, u8.byteLength >> 2),
+  };
+}
+
+export type Host = ReturnType<typeof host>;
+
+/** A kernel argument for a guest buffer. */
+export const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
+
+/**
+ * `host` and `guest` whose results are closed after each test of the calling file (call it once,
+ * at the file's top level): the guests in the order they were opened, then the hosts, so no test
+ * can leak a VM or an engine into the next.
+ */
+export function closedAfterEach(): { host: typeof host; guest: typeof guest } {
+  const hosts: Host[] = [];
+  const guests: Guest[] = [];
+  afterEach(() => {
+    for (const g of guests.splice(0)) g.close();
+    for (const x of hosts.splice(0)) x.close();
+  });
+  return {
+    host(...args) {
+      const x = host(...args);
+      hosts.push(x);
+      return x;
+    },
+    guest(...args) {
+      const g = guest(...args);
+      guests.push(g);
+      return g;
+    },
   };
 }
 

@@ -7,12 +7,10 @@ import * as S from '../../src/gpu/spec.ts';
 import { pte } from '../support/host-driver/pte.ts';
 import { GpuError } from '../support/host-driver/driver.ts';
 import { busAddress } from '../../src/aggregator/guest-memory.ts';
-import { guest, host, type GpuBuf, type Guest } from './harness.ts';
+import { buf, guest, host, type GpuBuf, type Guest, type Host } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';
 
-const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
-
-let h: ReturnType<typeof host>;
+let h: Host;
 let evil: Guest;
 let good: Guest;
 /** The co-tenant's precious data and a checksum of its whole slice region. */

@@ -4,28 +4,20 @@
 // for those entries arrived. The shadow must be current whenever the device reads GP_PUT
 // (found by test/integration/hostile.test.ts: co-tenant kernels faulting PTE_NOT_PRESENT while
 // another VM kept the device busy).
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
-import { guest, host, until, type Guest } from './harness.ts';
+import { buf, closedAfterEach, until, type Host } from './harness.ts';
 import { params } from '../gpu/helpers.ts';
 
-const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
-
-let h: ReturnType<typeof host> | null = null;
-const guests: Guest[] = [];
-afterEach(() => {
-  for (const g of guests.splice(0)) g.close();
-  h?.close();
-  h = null;
-});
+const { host, guest } = closedAfterEach();
+let h: Host | null = null;
 
 describe('lazy shadowing and the device reading GP_PUT', () => {
   it('entries written after a flush, whose doorbell is still on its way, see the flushed mappings when an earlier submission is dispatched', async () => {
     h = host();
     const a = guest(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
     const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
-    guests.push(a, b);
     // b keeps the device busy ...
     const out = b.vram(64);
     const long = b.ch.launch(K.LOOP, [buf(out)], params(['u64', 0n], ['u64', 300_000_000n], ['u32', 1]));

@@ -1,29 +1,16 @@
 // Resources and bookkeeping of the aggregator over a VM's life: the shared physical channel
 // pool, attach/detach/reset, lazy versus eager shadowing, shared shadows, the per-VM PFIFO
 // hold, and the metrics registry.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
 import { GpuError, type HostChannel } from '../support/host-driver/driver.ts';
 import { MetricsRegistry } from '../../src/aggregator/metrics.ts';
-import { guest, host, type Guest } from './harness.ts';
+import { buf, closedAfterEach, type Guest, type Host } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';
 
-const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
-
-let h: ReturnType<typeof host> | null = null;
-const guests: Guest[] = [];
-afterEach(() => {
-  for (const g of guests.splice(0)) g.close();
-  h?.close();
-  h = null;
-});
-
-function attach(...args: Parameters<typeof guest>): Guest {
-  const g = guest(...args);
-  guests.push(g);
-  return g;
-}
+const { host, guest } = closedAfterEach();
+let h: Host | null = null;
 
 async function madd(g: Guest, n: number, seed: number, ch: HostChannel = g.ch): Promise<void> {
   const r = rng(seed);
@@ -37,8 +24,8 @@ async function madd(g: Guest, n: number, seed: number, ch: HostChannel = g.ch): 
 describe('physical channel pool', () => {
   it('no VM can starve another: beyond its fair share a bind is refused on that guest only; a freed channel can be bound again', async () => {
     h = host({ channels: 8 });
-    const good = attach(h.agg, { name: 'good', mode: 'fv', slice: 32 << 20 });
-    const greedy = attach(h.agg, { name: 'greedy', mode: 'fv', slice: 64 << 20 });
+    const good = guest(h.agg, { name: 'good', mode: 'fv', slice: 32 << 20 });
+    const greedy = guest(h.agg, { name: 'greedy', mode: 'fv', slice: 64 << 20 });
     // 8 physical channels, 2 VMs: each is guaranteed 4. greedy takes its 4 ...
     const mine: HostChannel[] = [greedy.ch];
     for (let i = 0; i < 3; i++) mine.push(greedy.drv.createChannel(greedy.gvm, { pushbufferSize: 64 << 10 }));
@@ -71,7 +58,7 @@ describe('physical channel pool', () => {
 
   it('a VM alone gets the whole pool', async () => {
     h = host({ channels: 8 });
-    const only = attach(h.agg, { name: 'only', mode: 'fv', slice: 32 << 20 });
+    const only = guest(h.agg, { name: 'only', mode: 'fv', slice: 32 << 20 });
     const mine: HostChannel[] = [only.ch];
     for (let i = 0; i < 7; i++) mine.push(only.drv.createChannel(only.gvm, { pushbufferSize: 64 << 10 }));
     expect(h.agg.chidsInUse).toBe(8);
@@ -85,10 +72,10 @@ describe('attach, detach, reset', () => {
     const metrics = new MetricsRegistry();
     h = host({}, { metrics });
     const base = { host: h.agg.hostArea.inUse, slices: h.agg.slices.inUse };
-    const b = attach(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
+    const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
     await b.ch.launch(K.NOP, []); // b's shadow is built at its first launch
     const withB = { host: h.agg.hostArea.inUse, chids: h.agg.chidsInUse };
-    const a = attach(h.agg, { name: 'a', mode: 'fv-naive', slice: 64 << 20 });
+    const a = guest(h.agg, { name: 'a', mode: 'fv-naive', slice: 64 << 20 });
     a.drv.createChannel(a.drv.createVm());
     const mark = a.vram(4096);
     mark.u32.fill(0x5a5a5a5a);
@@ -107,7 +94,7 @@ describe('attach, detach, reset', () => {
     await madd(b, 20, 5);
 
     // A new VM gets the freed slice, scrubbed.
-    const c = attach(h.agg, { name: 'c', mode: 'fv', slice: 64 << 20 });
+    const c = guest(h.agg, { name: 'c', mode: 'fv', slice: 64 << 20 });
     expect(c.vm.slice).toEqual(aSlice);
     expect(c.vm.index).toBe(a.vm.index);
     const old = h.engine.vram.u8.subarray(aSlice.base + mark.addr, aSlice.base + mark.addr + 4096);
@@ -118,8 +105,8 @@ describe('attach, detach, reset', () => {
 
   it('detaching a VM whose long job is on the device lets the queued co-tenant run at once', async () => {
     h = host();
-    const a = attach(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
-    const b = attach(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
+    const a = guest(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
+    const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
     const out = a.vram(64);
     const long = a.ch.launch(K.LOOP, [buf(out)], params(['u64', 0n], ['u64', 5_000_000_000n], ['u32', 1]));
     long.catch(() => {});
@@ -135,8 +122,8 @@ describe('attach, detach, reset', () => {
 
   it('a reset unbinds the VM’s channels, drops its queued submissions and reloads its registers', async () => {
     h = host();
-    const a = attach(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
-    const b = attach(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
+    const a = guest(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
+    const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
     await a.ch.launch(K.NOP, []);
     // Hold a's PFIFO so its doorbells queue up.
     a.wr(S.PMC_ENABLE, S.PMC_ENABLE_RESET & ~S.PMC_ENABLE_PFIFO);
@@ -159,8 +146,8 @@ describe('attach, detach, reset', () => {
 
   it('PMC_ENABLE.PFIFO holds only that VM’s channels', async () => {
     h = host();
-    const a = attach(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
-    const b = attach(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
+    const a = guest(h.agg, { name: 'a', mode: 'fv', slice: 32 << 20 });
+    const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 32 << 20 });
     a.wr(S.PMC_ENABLE, S.PMC_ENABLE_RESET & ~S.PMC_ENABLE_PFIFO);
     let done = false;
     const p = a.ch.launch(K.NOP, []).then(() => (done = true));
@@ -176,8 +163,8 @@ describe('attach, detach, reset', () => {
 describe('shadow page tables', () => {
   it('lazy shadowing rebuilds once per doorbell after flushes; eager once per flush; same PTE writes', async () => {
     h = host();
-    const eager = attach(h.agg, { name: 'eager', mode: 'fv-naive', slice: 64 << 20 });
-    const lazy = attach(h.agg, { name: 'lazy', mode: 'fv', slice: 64 << 20 });
+    const eager = guest(h.agg, { name: 'eager', mode: 'fv-naive', slice: 64 << 20 });
+    const lazy = guest(h.agg, { name: 'lazy', mode: 'fv', slice: 64 << 20 });
     const counts = [];
     for (const g of [eager, lazy]) {
       await g.ch.launch(K.NOP, []); // the channel's own mappings shadowed first
@@ -205,7 +192,7 @@ describe('shadow page tables', () => {
 
   it('channels sharing a guest page directory share one shadow', async () => {
     h = host();
-    const g = attach(h.agg, { name: 'g', mode: 'fv', slice: 64 << 20 });
+    const g = guest(h.agg, { name: 'g', mode: 'fv', slice: 64 << 20 });
     const second = g.drv.createChannel(g.gvm, { pushbufferSize: 64 << 10 });
     const other = g.drv.createChannel(g.drv.createVm(), { pushbufferSize: 64 << 10 });
     expect(g.vm.mmu.spaces.size).toBe(2);
@@ -218,7 +205,7 @@ describe('shadow page tables', () => {
 
   it('a guest PD and page tables in system memory are shadowed through the DMA map', async () => {
     h = host();
-    const g = attach(h.agg, { name: 'g', mode: 'fv', slice: 32 << 20 });
+    const g = guest(h.agg, { name: 'g', mode: 'fv', slice: 32 << 20 });
     const data = g.vram(4096), dst = g.vram(4096), alt = g.vram(4096);
     data.u32.fill(0x11223344);
     alt.u32.fill(0x55667788);
@@ -252,7 +239,7 @@ describe('shadow page tables', () => {
 describe('flush rule', () => {
   it('a mapping made without a flush faults once; the retry after a rebind sees it', async () => {
     h = host();
-    const g = attach(h.agg, { name: 'g', mode: 'fv', slice: 32 << 20 });
+    const g = guest(h.agg, { name: 'g', mode: 'fv', slice: 32 << 20 });
     const src = g.vram(4096), dst = g.vram(4096);
     src.u32.fill(0x31415926);
     const va = 0x30_0000_0000;

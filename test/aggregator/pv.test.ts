@@ -1,36 +1,26 @@
 // The PV hypercall page (hw-spec §9): registration, every op's validation (entries checked like
 // shadow PTEs, stop at the first bad one), host-owned tables that flushes never rescan, the
 // VRAM allocator and its accounting, and the call counts of pv versus pv-batch.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
 import * as S from '../../src/gpu/spec.ts';
 import { pte } from '../support/host-driver/pte.ts';
 import { GpuError } from '../support/host-driver/driver.ts';
-import { guest, host, PV_AREA_GPA, PvClient, type Guest } from './harness.ts';
+import { buf, closedAfterEach, PV_AREA_GPA, PvClient, type Guest, type Host } from './harness.ts';
 import { params, rng } from '../gpu/helpers.ts';
 
 const EINVAL = -22, EFAULT = -14, ENOMEM = -12, ENOSYS = -38, EBUSY = -16;
-const buf = (b: { va: number; bytes: number }) => ({ va: b.va, length: b.bytes });
-
-let h: ReturnType<typeof host> | null = null;
-const guests: Guest[] = [];
-afterEach(() => {
-  for (const g of guests.splice(0)) g.close();
-  h?.close();
-  h = null;
-});
+const { host, guest } = closedAfterEach();
+let h: Host | null = null;
 
 function attach(mode: 'pv' | 'pv-batch', name = 'p'): Guest {
-  const g = guest(h!.agg, { name, mode, slice: 32 << 20 });
-  guests.push(g);
-  return g;
+  return guest(h!.agg, { name, mode, slice: 32 << 20 });
 }
 
 describe('PV hypercall page', () => {
   it('is absent in full virtualization', () => {
     h = host();
     const g = guest(h.agg, { name: 'f', mode: 'fv', slice: 32 << 20 });
-    guests.push(g);
     expect(g.rd(S.PV_MAGIC)).toBe(0);
     g.wr(S.PV_AREA_SLOTS, 1);
     expect(g.rd(S.PV_STATUS)).toBe(0);

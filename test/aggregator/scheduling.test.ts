@@ -2,19 +2,14 @@
 // kernels through their vGPUs; the dispatcher hands one submission at a time to the engine and
 // charges the device ns of the channel-idle events. A weighted policy splits device time by
 // weight, FIFO does not.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { K } from '../../src/gpu/kernels.ts';
-import { guest, host, type Guest } from './harness.ts';
+import { closedAfterEach, type Guest, type Host } from './harness.ts';
 import { params } from '../gpu/helpers.ts';
 import { Pushbuffer } from '../support/host-driver/pushbuf.ts';
 
-let h: ReturnType<typeof host> | null = null;
-const guests: Guest[] = [];
-afterEach(() => {
-  for (const g of guests.splice(0)) g.close();
-  h?.close();
-  h = null;
-});
+const { host, guest } = closedAfterEach();
+let h: Host | null = null;
 
 /** Keep two channels of g busy with ~jobMs kernels until `until`. */
 async function backlog(g: Guest, until: number, jobMs: number): Promise<number> {
@@ -35,7 +30,6 @@ async function split(policy: string, config: object, weights: [number, number]):
   h = host({}, { policy, policyConfig: config });
   const a = guest(h.agg, { name: 'a', mode: 'fv', slice: 16 << 20, weight: weights[0] });
   const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 16 << 20, weight: weights[1] });
-  guests.push(a, b);
   // One submission on the device at a time: track overlap of the two VMs' dispatches.
   let overlap = false;
   const inFlight = () => (h!.engine.stats().jobsInFlight);
@@ -73,7 +67,6 @@ describe('scheduling through the doorbell', () => {
     h = host();
     const a = guest(h.agg, { name: 'a', mode: 'fv', slice: 16 << 20 });
     const b = guest(h.agg, { name: 'b', mode: 'fv', slice: 16 << 20 });
-    guests.push(a, b);
     const waiter = a.ch;
     const releaser = a.drv.createChannel(a.gvm, { pushbufferSize: 64 << 10 });
     const sem = a.vram(4096);
