@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { native, ECANCELED } from '../src/native.ts';
 import type { JobCompletion } from '../src/native.ts';
 import { params } from './kernel-params.ts';
+import { randF32, randU32, rng } from './prng.ts';
 
 const EINVAL = 22;
 const ENOSYS = 38;
@@ -33,26 +34,6 @@ function run(kernel: number, bufs: Buf[], p: Uint8Array, lengths?: number[]): nu
     lengths: lengths ?? bufs.map((b) => b.byteLength),
     params: p,
   });
-}
-
-/** Deterministic inputs (mulberry32). */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-function randF32(n: number, seed: number, lo = -1, hi = 1): Float32Array {
-  const r = rng(seed);
-  return Float32Array.from({ length: n }, () => lo + (hi - lo) * r());
-}
-function randU32(n: number, seed: number): Uint32Array {
-  const r = rng(seed);
-  return Uint32Array.from({ length: n }, () => Math.floor(r() * 4294967296) >>> 0);
 }
 
 /** Assert |got − ref| ≤ rel·scale + abs elementwise, scale defaulting to |ref|. */

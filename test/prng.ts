@@ -1,5 +1,31 @@
-// The fuzzers' PRNG (test/device-model/fuzz-lib.ts, test/gpu/spirv-fuzz.ts): one generator, so a
-// (seed, iteration) printed by either replays the same input.
+// The tests' PRNGs. The fuzzers' (test/device-model/fuzz-lib.ts, test/gpu/spirv-fuzz.ts) is one
+// generator, so a (seed, iteration) printed by either replays the same input; the kernel and
+// scheduler tests draw their inputs from one small generator, so a seed names the same data in each.
+
+/** Deterministic pseudo-random numbers in [0, 1) (mulberry32). */
+export function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** n floats uniform in [lo, hi). */
+export function randF32(n: number, seed: number, lo = -1, hi = 1): Float32Array {
+  const r = rng(seed);
+  return Float32Array.from({ length: n }, () => lo + (hi - lo) * r());
+}
+
+/** n uniform 32-bit words. */
+export function randU32(n: number, seed: number): Uint32Array {
+  const r = rng(seed);
+  return Uint32Array.from({ length: n }, () => Math.floor(r() * 4294967296) >>> 0);
+}
+
 
 /** sfc32 seeded through splitmix32: fast, 32-bit, good enough for fuzzing, reproducible. */
 export class Prng {

@@ -3,6 +3,7 @@
 // for a given number of ns. It drives the real Dispatcher and policies; nothing sleeps.
 import { Dispatcher } from '../../src/aggregator/scheduler/dispatcher.ts';
 import type { SchedulerPolicy, VmId } from '../../src/aggregator/scheduler/types.ts';
+import { rng } from '../prng.ts';
 
 interface Event {
   at: number;
@@ -250,25 +251,13 @@ export function percentile(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
 }
 
-/** A deterministic PRNG (mulberry32): uniform in [0, 1). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /**
  * Doorbell gaps like a TCG guest's (bench/results/fairness.json, BAND runs): a log-normal body
  * (median `medianNs`, p90 ≈ 1.6 × median) and with probability `tailP` a stall of 1–`tailMaxNs`
  * (log-uniform) when the vCPU thread waits for a host CPU. Deterministic per seed.
  */
 export function tcgGaps(seed: number, medianNs = 240e3, tailP = 0.03, tailMaxNs = 15e6): (i: number) => number {
-  const r = prng(seed);
+  const r = rng(seed);
   return () => {
     if (r() < tailP) return 1e6 * Math.exp(r() * Math.log(tailMaxNs / 1e6));
     // Box–Muller; sigma 0.36 puts p90 at 1.59 × median.

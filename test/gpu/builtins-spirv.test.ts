@@ -16,29 +16,11 @@ import {
   BUILTIN_PROGRAMS, LOOP_BUDGET, LOOP_CHUNK, builtinSpvPath, type BuiltinPlan,
 } from '../../src/gpu/program/builtins.ts';
 import { params } from '../kernel-params.ts';
+import { randF32, randU32, rng } from '../prng.ts';
 
 const EINVAL = 22;
 
-// ---- inputs (the generators of test/kernels.test.ts) ----
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-function randF32(n: number, seed: number, lo = -1, hi = 1): Float32Array {
-  const r = rng(seed);
-  return Float32Array.from({ length: n }, () => lo + (hi - lo) * r());
-}
-function randU32(n: number, seed: number): Uint32Array {
-  const r = rng(seed);
-  return Uint32Array.from({ length: n }, () => Math.floor(r() * 4294967296) >>> 0);
-}
+// ---- inputs: test/prng.ts's generators, as test/kernels.test.ts draws them ----
 
 /** Assert |got − want| ≤ rel·scale + abs elementwise (scale defaults to |want|); reports the worst. */
 function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, rel: number, abs: number,

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROGRAMS, builtinPlan } from '../../src/gpu/program/builtins.ts';
+import { rng } from '../prng.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const EINVAL = -22, ENOSYS = -38, E2BIG = -7;
@@ -110,14 +111,7 @@ function edgeCases(): Case[] {
 
 /** Seeded random parameter blocks and lengths (mulberry32). */
 function randomCases(seed: number, count: number): Case[] {
-  let s = seed >>> 0;
-  const r = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const r = rng(seed);
   // small dimensions most of the time, so that plans are accepted often
   const dim = () => (r() < 0.8 ? Math.floor(r() * 3000) : Math.floor(r() * 4294967296));
   const cs: Case[] = [];
