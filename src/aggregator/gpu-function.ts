@@ -5,14 +5,9 @@
 import type { DeviceCallbacks, DeviceDeclaration, RegionHandler } from '../device-model/declaration.ts';
 import { registerDurability } from '../gpu/persist.ts';
 import { Durability } from '../state/persist.ts';
-
-export const GPU_VENDOR_ID = 0x1de5;
-export const GPU_DEVICE_ID = 0x6b75;
-export const GPU_CLASS = 0x030200;
-export const BAR0_SIZE = 16 << 20;
-export const MSIX_VECTORS = 4;
-export const MSIX_TABLE_OFFSET = 0xff0000;
-export const MSIX_PBA_OFFSET = 0xff8000;
+import {
+  BAR0_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, MSIX_VECTORS, PCI_CLASS, PCI_DEVICE_ID, PCI_VENDOR_ID,
+} from '../gpu/spec.ts';
 
 export interface GpuFunctionOptions {
   name: string;
@@ -31,7 +26,7 @@ export function gpuFunctionDeclaration(o: GpuFunctionOptions): DeviceDeclaration
   if (!o.bar1Backing && !o.bar1Handler) throw new Error('BAR1 needs a backing fd or a trap handler');
   return {
     name: o.name,
-    pci: { vendorId: GPU_VENDOR_ID, deviceId: GPU_DEVICE_ID, subsystemVendorId: GPU_VENDOR_ID, subsystemId: 1, classCode: GPU_CLASS, revision: 0xa1 },
+    pci: { vendorId: PCI_VENDOR_ID, deviceId: PCI_DEVICE_ID, subsystemVendorId: PCI_VENDOR_ID, subsystemId: 1, classCode: PCI_CLASS, revision: 0xa1 },
     capabilities: {
       pm: true,
       pcie: 'endpoint',
