@@ -6,27 +6,11 @@
 // handed.
 import { createHash } from 'node:crypto';
 import type { JobResult } from './jobs.ts';
-import type { KStream } from '../native.ts';
+import type { KStream, ProgramLimits } from '../native.ts';
 import { BUFFER_READ_ONLY, PROG_REASON } from './spec.ts';
 
-/** What a backend's device can do, as PPROG reports it (hw-spec §3.10). */
-export interface ProgramLimits {
-  maxModuleBytes: number;
-  maxBindings: number;
-  maxPushBytes: number;
-  maxSpecConstants: number;
-  maxWgInvocations: number;
-  maxWgSize: [number, number, number];
-  maxSharedBytes: number;
-  maxGrid: [number, number, number];
-  maxBufferBytes: number;
-  bufferAlign: number;
-  subgroupSize: number;
-  /** Back-edges per subgroup per launch; 0 = unlimited. */
-  loopLimit: number;
-  /** PROG_FEATURES bits. */
-  features: number;
-}
+/** What a backend's device can do, as PPROG reports it (hw-spec §3.10): the addon's own record. */
+export type { ProgramLimits };
 
 /** vugpu's envelope (hw-spec §3.10, the numbers in brackets): a device never reports more. */
 export const PROGRAM_ENVELOPE: ProgramLimits = {
