@@ -16,16 +16,11 @@ import type { ViewRow } from './regview.ts';
 import {
   ENTRY_TARGET_SHIFT, PD_SIZE, PV_AREA_HI, PV_AREA_LO, PV_AREA_SLOTS, PV_BATCH_MAX, PV_CALL, PV_MAGIC, PV_MAGIC_VALUE,
   PV_MAX_SLOTS, PV_OP, PV_RANGE, PV_RANGE_MAX, PV_SLOT, PV_SLOT_SIZE, PV_STATUS, PV_VERSION,
-  PV_VERSION_VALUE, TARGET_VRAM,
+  PV_VERSION_VALUE, TARGET_VRAM, EBUSY, EFAULT, EINVAL, ENOMEM, ENOSYS,
 } from '../gpu/spec.ts';
 
 const RO = 0xffffffff;
 const TWO32 = 0x1_0000_0000;
-const EINVAL = 22;
-const EFAULT = 14;
-const ENOMEM = 12;
-const ENOSYS = 38;
-const EBUSY = 16;
 
 export interface PvEnv {
   mmu: ShadowMmu;

@@ -16,17 +16,13 @@ import { GuestRanges, busAddress, type GuestMemory } from './guest-memory.ts';
 import {
   ENTRY_TARGET_SHIFT, LARGE_PAGE, LARGE_PT_ENTRIES, PD_ENTRIES, PD_SHIFT, PD_SIZE, PDE_LARGE,
   PDE_PRESENT, PDE_RESERVED, PTE_PRESENT, PTE_READ_ONLY, PTE_RESERVED, SMALL_PAGE,
-  SMALL_PT_ENTRIES, TARGET_SYSMEM, TARGET_SYSMEM_NC, TARGET_VRAM, VA_LIMIT,
+  SMALL_PT_ENTRIES, TARGET_SYSMEM, TARGET_SYSMEM_NC, TARGET_VRAM, VA_LIMIT, EBUSY, EFAULT, EINVAL, ENOMEM,
 } from '../gpu/spec.ts';
 
 const TWO32 = 0x1_0000_0000;
 const PDE_SPAN = 2 ** PD_SHIFT;
 const SMALL_PT_SIZE = SMALL_PT_ENTRIES * 8;
 const LARGE_PT_SIZE = LARGE_PT_ENTRIES * 8;
-const EINVAL = 22;
-const EFAULT = 14;
-const ENOMEM = 12;
-const EBUSY = 16;
 /**
  * Entries (one 4 KiB page of them) that the scans skip whole when guest and shadow are both all
  * zero, checked with a native memcmp. Nearly every entry is absent, and a per-entry loop over

@@ -33,14 +33,11 @@ import {
   PFIFO_PREEMPT, PFIFO_PREEMPT_PENDING, PFIFO_RUNLIST_BASE, PFIFO_RUNLIST_STATUS,
   PFIFO_RUNLIST_SUBMIT, PGRAPH_STATUS, PMC_BOOT_0, PMC_ENABLE, PMC_ENABLE_PFIFO, PMC_ENABLE_RESET,
   PMC_INTR, PMC_INTR_EN, PRAMIN_BASE, PRAMIN_WINDOW, PRAMIN_WINDOW_SIZE, PTIMER_TIME_0,
-  PTIMER_TIME_1, STATE_ENABLE,
+  PTIMER_TIME_1, STATE_ENABLE, EFAULT, EINVAL, EIO,
 } from '../gpu/spec.ts';
 
 const RO = 0xffffffff;
 const TWO32 = 0x1_0000_0000;
-const EFAULT = 14;
-const EINVAL = 22;
-const EIO = 5;
 
 /** What a vGPU needs from the aggregator (physical resources shared by all VMs). */
 export interface VgpuHost extends ChannelHost {

@@ -9,12 +9,10 @@ import type { JobResult } from './jobs.ts';
 import { BUILTIN_PROGRAMS, SPIRV_DIR, builtinSpvPath, type BuiltinPlan } from './program/builtins.ts';
 import type { Program, ProgramBackend } from './programs.ts';
 import type { ClassContext } from './step.ts';
+import { ECANCELED, EINVAL, ENODEV } from './spec.ts';
 
 /** The program cache's owner of the built-ins: host code, shared by every channel. */
 export const BUILTIN_OWNER = -1;
-const ECANCELED = 125;
-const ENODEV = 19;
-const EINVAL = 22;
 
 const modules = new Map<string, Uint32Array>();
 

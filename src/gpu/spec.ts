@@ -252,6 +252,17 @@ export const CHAN_ERR = {
 } as const;
 export type ChanErrCode = (typeof CHAN_ERR)[keyof typeof CHAN_ERR];
 
+// ---- errno values (Linux's): registers report them positive, PV results and jobs negative ----
+export const EIO = 5;
+export const ENXIO = 6;
+export const ENOMEM = 12;
+export const EFAULT = 14;
+export const EBUSY = 16;
+export const ENODEV = 19;
+export const EINVAL = 22;
+export const ENOSYS = 38;
+export const ECANCELED = 125;
+
 /** Name of an error code, for logs and test messages. */
 export function chanErrName(code: number): string {
   for (const [k, v] of Object.entries(CHAN_ERR)) if (v === code) return k;

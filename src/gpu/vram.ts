@@ -2,8 +2,7 @@
 // engine's own small accesses (instance blocks, page tables, semaphores, PRAMIN, PDIAG).
 import { fstatSync } from 'node:fs';
 import { native } from '../native.ts';
-
-const ENXIO = 6;
+import { ENXIO } from './spec.ts';
 
 export class Vram {
   readonly fd: number;
