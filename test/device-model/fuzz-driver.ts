@@ -14,8 +14,8 @@ import { logger } from '../../src/log.ts';
 import { Server } from '../../src/device-model/server.ts';
 import { VfioUserClient } from '../../src/device-model/client.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
-import { FuzzFailure, MemoryWire, Prng, SocketWire, countOpenFds, fuzz, type FuzzStats } from './fuzz-lib.ts';
-import { MSIX_VECTORS, makeTestDevice, type TestDevice } from './helpers.ts';
+import { FuzzFailure, MemoryWire, Prng, SocketWire, countOpenFds, deviceActivity, fuzz, maxHeldFds, type FuzzStats } from './fuzz-lib.ts';
+import { twoVms } from './helpers.ts';
 
 const { values } = parseArgs({
   options: {
@@ -35,28 +35,12 @@ if (!(minutes > 0) || !(round > 0) || !['socket', 'memory', 'both'].includes(tra
 }
 if (process.env.VUGPU_LOG === undefined) logger.level = 'error';
 
-function deviceActivity(t: TestDevice, r: Prng): void {
-  for (let v = 0; v < MSIX_VECTORS; v++) t.device.irq.msix(v);
-  t.device.irq.trigger(3, 0);
-  const buf = new Uint8Array(64);
-  for (const m of t.device.dma.describe().slice(0, 4)) {
-    const at = m.addr + r.int(Math.max(1, m.size - buf.length));
-    t.device.dma.read(at, buf);
-    if (m.writable) t.device.dma.write(at, buf);
-  }
-}
-
 const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-fuzz-driver-'));
 const server = new Server();
-const a = makeTestDevice();
-const b = makeTestDevice();
-const sa = path.join(dir, 'fuzzed.sock');
-const sb = path.join(dir, 'other.sock');
-const la = server.listen(sa, a.device);
-server.listen(sb, b.device);
+const { a, b, sa, sb, la } = twoVms(server, dir, ['fuzzed', 'other']);
 const vm2 = VfioUserClient.connect(sb);
 await vm2.version();
-const maxHeld = 2 + server.limits.dmaFiles + MSIX_VECTORS + 1 + server.caps.maxMsgFds;
+const maxHeld = maxHeldFds(server);
 
 const total = { messages: 0, replies: 0, errors: 0, drops: 0, sessions: 0, ms: 0, rounds: 0 };
 const end = Date.now() + minutes * 60_000;

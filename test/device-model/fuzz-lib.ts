@@ -19,6 +19,7 @@ import { readdirSync, writeSync } from 'node:fs';
 import { native } from '../../src/native.ts';
 import { QEMU_VERSION_JSON } from '../../src/device-model/client.ts';
 import type { PciDevice } from '../../src/device-model/device.ts';
+import type { Server } from '../../src/device-model/server.ts';
 import { Endpoint, maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { MemoryTransport } from '../../src/device-model/memory-transport.ts';
 import { DEFAULT_SERVER_CAPS, type ServerCapabilities } from '../../src/device-model/version.ts';
@@ -40,6 +41,7 @@ import {
 
 import { Prng } from '../prng.ts';
 export { Prng };
+import { MSIX_VECTORS, type TestDevice } from './helpers.ts';
 
 // ---- interesting values -------------------------------------------------------------------
 
@@ -124,6 +126,24 @@ export function makeFd(kind: FdKind): number {
 /** Entries in /proc/self/fd (the fuzzer and the server share the process). */
 export function countOpenFds(): number {
   return readdirSync('/proc/self/fd').length;
+}
+
+/** Fds the server may hold for one client: both socket ends (in-process), DMA files, IRQ fds
+ * (4 MSI-X + ERR), one message's fds. */
+export const maxHeldFds = (s: Server): number => 2 + s.limits.dmaFiles + MSIX_VECTORS + 1 + s.caps.maxMsgFds;
+
+/** The device side of the fuzzed VM keeps working too: it fires its interrupts into whatever
+ * fds the client registered and does DMA through whatever maps it made (never throwing). */
+export function deviceActivity(t: TestDevice, r: Prng): void {
+  for (let v = 0; v < MSIX_VECTORS; v++) t.device.irq.msix(v);
+  t.device.irq.trigger(3, 0);
+  const buf = new Uint8Array(64);
+  for (const m of t.device.dma.describe().slice(0, 4)) {
+    const at = m.addr + r.int(Math.max(1, m.size - buf.length));
+    t.device.dma.read(at, buf);
+    if (m.writable) t.device.dma.write(at, buf);
+    t.device.dma.translate(at, buf.length, r.chance(0.5));
+  }
 }
 
 // ---- the model of the server's framing ----------------------------------------------------
@@ -567,7 +587,6 @@ export class MemoryWire implements Wire {
 
 /** What the generator knows about the device under test (helpers.ts makeTestDevice). */
 export const REGION_SIZES = [0x10000, 0x10000, 0, 16, 0, 0, 0, 4096, 0];
-const MSIX_VECTORS = 4;
 
 export interface Draft {
   command: number;

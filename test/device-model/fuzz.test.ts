@@ -12,8 +12,8 @@ import { Server } from '../../src/device-model/server.ts';
 import { VfioUserClient } from '../../src/device-model/client.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { Command, IrqSetFlag, MsgFlag, encodeMessage } from '../../src/device-model/protocol.ts';
-import { FuzzFailure, MemoryWire, Prng, SocketWire, countOpenFds, fuzz } from './fuzz-lib.ts';
-import { MSIX_VECTORS, makeTestDevice, sealedMemfd, uniqueName, type TestDevice } from './helpers.ts';
+import { FuzzFailure, MemoryWire, Prng, SocketWire, countOpenFds, deviceActivity, fuzz, maxHeldFds } from './fuzz-lib.ts';
+import { makeTestDevice, sealedMemfd, twoVms, uniqueName, type TestDevice } from './helpers.ts';
 
 const SEED = process.env.VUGPU_FUZZ_SEED !== undefined ? Number(process.env.VUGPU_FUZZ_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const ITERS = Number(process.env.VUGPU_FUZZ_ITERS ?? 4000);
@@ -59,20 +59,6 @@ async function otherVm(sock: string, t: TestDevice, seed: number): Promise<{ cli
   };
 }
 
-/** The device side of the fuzzed VM keeps working too: it fires its interrupts into whatever
- * fds the client registered and does DMA through whatever maps it made (never throwing). */
-function deviceActivity(t: TestDevice, r: Prng): void {
-  for (let v = 0; v < MSIX_VECTORS; v++) t.device.irq.msix(v);
-  t.device.irq.trigger(3, 0);
-  const buf = new Uint8Array(64);
-  for (const m of t.device.dma.describe().slice(0, 4)) {
-    const at = m.addr + r.int(Math.max(1, m.size - buf.length));
-    t.device.dma.read(at, buf);
-    if (m.writable) t.device.dma.write(at, buf);
-    t.device.dma.translate(at, buf.length, r.chance(0.5));
-  }
-}
-
 /** Another process connecting to the busy socket is refused (closed) and changes nothing. */
 async function intruder(sock: string): Promise<void> {
   const w = new SocketWire(sock); // sends nothing: only a refusal closes it
@@ -82,10 +68,6 @@ async function intruder(sock: string): Promise<void> {
     w.close();
   }
 }
-
-/** Fds the server may hold for one client: both socket ends (in-process), DMA files, IRQ fds
- * (4 MSI-X + ERR), one message's fds. */
-const maxHeldFds = (s: Server): number => 2 + s.limits.dmaFiles + MSIX_VECTORS + 1 + s.caps.maxMsgFds;
 
 /** A well-formed session as QEMU would run it, with results checked. */
 async function cleanSession(sock: string, t: TestDevice): Promise<void> {
@@ -124,12 +106,7 @@ async function cleanSession(sock: string, t: TestDevice): Promise<void> {
 describe('vfio-user server under fuzzing', () => {
   it(`keeps every invariant under mutated commands, random bytes and garbage after valid sessions (seed ${SEED}, ${ITERS} messages)`, async () => {
     console.log(`fuzz seed ${SEED} (replay with VUGPU_FUZZ_SEED=${SEED} VUGPU_FUZZ_ITERS=${ITERS})`);
-    const a = makeTestDevice();
-    const b = makeTestDevice();
-    const sa = path.join(dir, 'fuzzed.sock');
-    const sb = path.join(dir, 'other.sock');
-    const la = server.listen(sa, a.device);
-    server.listen(sb, b.device);
+    const { a, b, sa, sb, la } = twoVms(server, dir, ['fuzzed', 'other']);
     const vm2 = await otherVm(sb, b, SEED);
     const fdsAtStart = countOpenFds();
     const activity = new Prng(SEED ^ 0x3c3c3c3c);

@@ -3,12 +3,15 @@
 // to the TypeScript client, and fd accounting through /proc/self/fd.
 
 import { readdirSync, readlinkSync } from 'node:fs';
+import path from 'node:path';
 import { native } from '../../src/native.ts';
 import {
   DEFAULT_SERVER_CAPS,
   Endpoint,
   PciDevice,
   SocketTransport,
+  type Listener,
+  type Server,
   VfioUserClient,
   maxMessageSize,
   type DeviceDeclaration,
@@ -99,6 +102,18 @@ export function makeTestDevice(overrides: Partial<DeviceDeclaration> = {}): Test
   t.decl = decl;
   t.device = new PciDevice(decl);
   return t as TestDevice;
+}
+
+/** Two test devices, each served by `server` on its own socket `dir/<name>.sock`: a VM (a, on
+ * listener la) and another VM beside it (b). */
+export function twoVms(server: Server, dir: string, names: [string, string]): { a: TestDevice; b: TestDevice; sa: string; sb: string; la: Listener } {
+  const a = makeTestDevice();
+  const b = makeTestDevice();
+  const sa = path.join(dir, `${names[0]}.sock`);
+  const sb = path.join(dir, `${names[1]}.sock`);
+  const la = server.listen(sa, a.device);
+  server.listen(sb, b.device);
+  return { a, b, sa, sb, la };
 }
 
 export interface Pair {

@@ -17,7 +17,7 @@ import { LogBudget } from '../../src/device-model/limits.ts';
 import { maxMessageSize } from '../../src/device-model/endpoint.ts';
 import { DEFAULT_SERVER_CAPS } from '../../src/device-model/version.ts';
 import { Command, Errno, IrqSetFlag, encodeMessage, encodeRegionAccess, encodeVersion } from '../../src/device-model/protocol.ts';
-import { QEMU_SEALS, countFds, makeTestDevice, memfdWith, sealedMemfd, uniqueName, until, type TestDevice } from './helpers.ts';
+import { QEMU_SEALS, countFds, makeTestDevice, memfdWith, sealedMemfd, twoVms, uniqueName, until, type TestDevice } from './helpers.ts';
 
 const MiB = 1 << 20;
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -237,12 +237,7 @@ describe('fds and interrupts', () => {
 describe('a client that stops reading its replies', () => {
   it('does not stall the thread that serves the other VMs; it is dropped once its replies stay unread', async () => {
     server = new Server({ limits: { unreadReplyMs: 1500 } });
-    const hostile = makeTestDevice();
-    const other = makeTestDevice();
-    const sh = path.join(dir, 'hostile.sock');
-    const so = path.join(dir, 'other.sock');
-    const lh = server.listen(sh, hostile.device);
-    server.listen(so, other.device);
+    const { a: hostile, b: other, sa: sh, sb: so, la: lh } = twoVms(server, dir, ['hostile', 'other']);
     const vm2 = VfioUserClient.connect(so);
     clients.push(vm2);
     await vm2.version();

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { Server } from '../../src/device-model/server.ts';
 import { VfioUserClient } from '../../src/device-model/client.ts';
-import { countFds, makeTestDevice, sealedMemfd, uniqueName, until } from './helpers.ts';
+import { countFds, makeTestDevice, sealedMemfd, twoVms, uniqueName, until } from './helpers.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 let dir: string;
@@ -105,12 +105,7 @@ describe('vfio-user server', () => {
   });
 
   it('one server serves two sockets with independent devices', async () => {
-    const a = makeTestDevice();
-    const b = makeTestDevice();
-    const sa = path.join(dir, 'vm1.sock');
-    const sb = path.join(dir, 'vm2.sock');
-    server.listen(sa, a.device);
-    server.listen(sb, b.device);
+    const { a, b, sa, sb } = twoVms(server, dir, ['vm1', 'vm2']);
     const ca = VfioUserClient.connect(sa);
     const cb = VfioUserClient.connect(sb);
     await Promise.all([ca.version(), cb.version()]);
