@@ -12,7 +12,7 @@ import { runGuest } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { startServer } from '../src/vm/server-process.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
-import { writeBenchResult } from './lib/common.ts';
+import { environment, writeBenchResult } from './lib/common.ts';
 
 const BAR0 = 0;
 const DIAG_SCRATCH0 = 0x00a010;
@@ -74,6 +74,7 @@ async function main(): Promise<void> {
   if (!Number.isInteger(n) || n < 20000) throw new Error(`N must be an integer ≥ 20000 (got ${n})`);
   const manifest = loadManifest();
   const accel = chooseAccel();
+  const env = environment(manifest, accel);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-bench-'));
   const socket = path.join(dir, 'gpu0.sock');
   const server = await startServer({ socket });
@@ -102,16 +103,7 @@ async function main(): Promise<void> {
 
   const result = {
     date: new Date().toISOString(),
-    environment: {
-      accel: accel.accel,
-      accelReason: accel.reason,
-      qemu: manifest.qemu.version,
-      guestKernel: manifest.kernelRelease,
-      node: process.version,
-      host: `${os.type()} ${os.release()}`,
-      cpu: os.cpus()[0]?.model ?? 'unknown',
-      cpus: os.cpus().length,
-    },
+    environment: env,
     n,
     guest: {
       bar0ReadUs: guestStats(guest.bar0_read_us, 'bar0_read_us'),
