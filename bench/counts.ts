@@ -28,16 +28,12 @@ import { chooseAccel } from '../src/vm/accel.ts';
 import { vfioErrorLines, type GuestRecord } from '../src/vm/console.ts';
 import { AckChannel } from './lib/ack.ts';
 import { extendInitramfs } from './lib/initramfs.ts';
-import { environment, mdTable, repoRoot, replaceSection, textTable, writeBenchResult, type Cell } from './lib/common.ts';
+import {
+  environment, mdSection, repoRoot, replaceSection, SUITE_MODES as MODES, SUITE_SIZES as SIZES, textTable, writeBenchResult, type Cell,
+} from './lib/common.ts';
+import { BENCHMARKS } from '../src/demo/records.ts';
 
-const BENCHES = ['nop', 'loop', 'madd', 'mmul', 'fmadd', 'fmmul', 'cpy', 'pincpy', 'backprop', 'bfs', 'hotspot', 'lud', 'srad', 'srad2'];
-const MODES: { mode: VmMode; pv: number }[] = [
-  { mode: 'pt', pv: 0 },
-  { mode: 'fv-naive', pv: 0 },
-  { mode: 'fv', pv: 0 },
-  { mode: 'pv', pv: 1 },
-  { mode: 'pv-batch', pv: 2 },
-];
+const BENCHES: string[] = [...BENCHMARKS];
 const QUIET_MS = 150;
 const GUEST_TIMEOUT_MS = 900_000;
 const SCRIPT_PATH = '/opt/vugpu-bench/counts.sh';
@@ -275,11 +271,6 @@ function tables(runs: ModeRun[], benches: string[]) {
   return { mmioTable, shadowTable, hcTable, dbTable, full };
 }
 
-const SIZES: Record<string, { label: string; args: string[] }> = {
-  large: { label: 'GPUvm sizes (`--large`: 1024² matrices, 64 MiB copies, 2^20-node BFS, 65536-input backprop)', args: ['--large'] },
-  default: { label: 'default sizes (256² matrices, 8 MiB copies, 16384-node BFS: the suite\'s TCG-friendly defaults)', args: [] },
-};
-
 interface SizeRun {
   sizes: string;
   benchArgs: string[];
@@ -291,16 +282,11 @@ function markdown(r: SizeRun, benches: string[]): string {
   const t = tables(r.modes, benches);
   return [
     `#### ${SIZES[r.sizes]?.label ?? r.sizes}${r.benchArgs.length ? ` — vugpu-bench ${r.benchArgs.join(' ')}` : ''} (${r.wallS} s)`,
-    '', 'Trapped MMIO accesses (G-KVM Table VI beside: every MMIO access its aggregator handled):', '',
-    mdTable(t.mmioTable.head, t.mmioTable.rows),
-    '', 'TLB flushes and shadow page-table updates (GPUvm Table 3 beside: shadow page-table updates):', '',
-    mdTable(t.shadowTable.head, t.shadowTable.rows),
-    '', 'Hypercalls (GPUvm Table 4 beside; entries = MAP/UNMAP entries the host applied, PTEs = shadow PTEs that changed):', '',
-    mdTable(t.hcTable.head, t.hcTable.rows),
-    '', 'Doorbells and TLB flushes per mode (pt does not intercept either):', '',
-    mdTable(t.dbTable.head, t.dbTable.rows),
-    '', '<details><summary>Everything per benchmark and mode (guest mmio = the driver\'s own count between context creation and destruction)</summary>', '',
-    mdTable(t.full.head, t.full.rows),
+    ...mdSection('Trapped MMIO accesses (G-KVM Table VI beside: every MMIO access its aggregator handled):', t.mmioTable),
+    ...mdSection('TLB flushes and shadow page-table updates (GPUvm Table 3 beside: shadow page-table updates):', t.shadowTable),
+    ...mdSection('Hypercalls (GPUvm Table 4 beside; entries = MAP/UNMAP entries the host applied, PTEs = shadow PTEs that changed):', t.hcTable),
+    ...mdSection('Doorbells and TLB flushes per mode (pt does not intercept either):', t.dbTable),
+    ...mdSection('<details><summary>Everything per benchmark and mode (guest mmio = the driver\'s own count between context creation and destruction)</summary>', t.full),
     '', '</details>',
   ].join('\n');
 }

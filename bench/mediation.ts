@@ -30,7 +30,7 @@ import { buildNativeTwin, runNativeTwin } from '../src/demo/native-twin.ts';
 import { ratioPlotSvg } from './lib/ratio-plot.ts';
 import { BENCHMARKS, STAGES, type Stage } from '../src/demo/records.ts';
 import {
-  geomean, lowRatio, mdTable, median, prefault, quantile, benchFile, outVariant, repoRoot, replaceSection, spread, textTable, writeBenchResult, type Cell, type LowRatio,
+  geomean, lowRatio, mdSection, median, prefault, quantile, benchFile, outVariant, repoRoot, replaceSection, spread, textTable, writeBenchResult, type Cell, type LowRatio,
   type Spread,
 } from './lib/common.ts';
 
@@ -206,10 +206,10 @@ function markdown(r: Result): string {
   ];
   for (const set of r.sizes) {
     const t = tables(set, r.modes);
-    parts.push('', `#### ${set.size === 'large' ? 'GPUvm sizes (`--large`)' : 'default sizes'}: ${set.rounds} rounds, ${set.wallS} s`, '',
-      'Time per mode relative to pt (median of the per-round ratios, min–max over rounds):', '', mdTable(t.vsPt.head, t.vsPt.rows),
-      '', 'From the 10th percentiles of all runs of a cell (mode over pt; 90 % bootstrap interval): this host\'s interference only adds time, in bursts, which a low quantile sees through:', '', mdTable(t.vsPtLow.head, t.vsPtLow.rows),
-      '', 'The driver\'s BAR0 accesses / PV calls per run between its context\'s creation and teardown (median; the benchmark record\'s `mmio` and `pv_calls` — `npm run bench:counts` has whole processes):', '', mdTable(t.events.head, t.events.rows));
+    parts.push('', `#### ${set.size === 'large' ? 'GPUvm sizes (`--large`)' : 'default sizes'}: ${set.rounds} rounds, ${set.wallS} s`,
+      ...mdSection('Time per mode relative to pt (median of the per-round ratios, min–max over rounds):', t.vsPt),
+      ...mdSection('From the 10th percentiles of all runs of a cell (mode over pt; 90 % bootstrap interval): this host\'s interference only adds time, in bursts, which a low quantile sees through:', t.vsPtLow),
+      ...mdSection('The driver\'s BAR0 accesses / PV calls per run between its context\'s creation and teardown (median; the benchmark record\'s `mmio` and `pv_calls` — `npm run bench:counts` has whole processes):', t.events));
   }
   return parts.join('\n');
 }

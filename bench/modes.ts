@@ -37,27 +37,15 @@ import { BENCHMARKS, STAGES, toBenchRecord, type Stage } from '../src/demo/recor
 import { cpuInterval } from './lib/cpu.ts';
 import { MODE_COLORS, ratioPlotSvg } from './lib/ratio-plot.ts';
 import {
-  environment, geomean, lowRatio, mdTable, median, prefault, quantile, benchFile, outVariant, repoRoot, replaceSection, spread, textTable, writeBenchResult,
-  type Cell, type Environment, type LowRatio, type Spread,
+  environment, geomean, lowRatio, mdSection, median, prefault, quantile, benchFile, outVariant, repoRoot, replaceSection, spread, textTable, writeBenchResult,
+  SUITE_MODES as MODES, SUITE_SIZES as SIZES, type Cell, type Environment, type LowRatio, type Spread,
 } from './lib/common.ts';
 
 type Side = VmMode | 'native';
-const MODES: { mode: VmMode; pv: number }[] = [
-  { mode: 'pt', pv: 0 },
-  { mode: 'fv-naive', pv: 0 },
-  { mode: 'fv', pv: 0 },
-  { mode: 'pv', pv: 1 },
-  { mode: 'pv-batch', pv: 2 },
-];
 const SUITE = '/opt/vugpu/bench-suite.sh';
 const GUEST_TIMEOUT_MS = 1_500_000;
 /** VRAM the guest sees in every mode (BAR1). */
 const SLICE = 512 << 20;
-
-const SIZES: Record<string, { label: string; args: string[] }> = {
-  default: { label: 'default sizes (256² matrices, 8 MiB copies, 16384-node BFS: the suite\'s TCG-friendly defaults)', args: [] },
-  large: { label: 'GPUvm sizes (`--large`: 1024² matrices, 64 MiB copies, 2^20-node BFS, 65536-input backprop)', args: ['--large'] },
-};
 
 /**
  * Published figures. G-KVM (seeds/000) Tables V and VII, ms: matrix addition and multiplication
@@ -471,21 +459,14 @@ function markdown(result: Result): string {
     const others = median(cores.map((r) => r.cpuCores.others));
     parts.push(
       '', `#### ${SIZES[set.size]?.label ?? set.size}: ${set.rounds} round(s), ${set.wallS} s${set.budgetHit ? ' (the wall-time budget stopped further rounds)' : ''}; others' CPU load median ${others.toFixed(2)} cores`,
-      '', 'Time per mode relative to pt (median of the per-round ratios, min–max over rounds in parentheses):', '',
-      mdTable(t.vsPt.head, t.vsPt.rows),
-      '', 'Time relative to pt from the 10th percentile of all runs of a cell (this side\'s over pt\'s; 90 % bootstrap interval in parentheses): interference on this shared host only adds time, in bursts, which a low quantile sees through and a median does not:', '',
-      mdTable(t.vsPtLow.head, t.vsPtLow.rows),
-      '', 'The same without DataInit and DataRead (the benchmark\'s CPU loops over host buffers, identical guest work in every mode; under TCG they vary with the guest\'s memory layout, not with the device path):', '',
-      mdTable(t.devicePath.head, t.devicePath.rows),
-      '', 'And from the 10th percentiles:', '',
-      mdTable(t.devicePathLow.head, t.devicePathLow.rows),
-      '', 'Relative to native (the native twin: same benchmark sources on the host, no VM, no TCG; GPUvm Fig. 4\'s axis):', '',
-      mdTable(t.vsNative.head, t.vsNative.rows),
-      '', 'Where the time goes: per stage, Σ over the benchmarks of (mode − pt) median ms:', '',
-      mdTable(t.loss.head, t.loss.rows),
-      ...t.stageTables.flatMap((st) => ['', `${st.bench}: G-KVM stages, ms (G-KVM Table ${st.bench === 'madd' ? 'V' : 'VII'} beside: 4096² on a Fermi GPU):`, '', mdTable(st.head, st.rows)]),
-      '', '<details><summary>Total ms per benchmark and mode (median, quartiles over runs)</summary>', '',
-      mdTable(t.totals.head, t.totals.rows),
+      ...mdSection('Time per mode relative to pt (median of the per-round ratios, min–max over rounds in parentheses):', t.vsPt),
+      ...mdSection('Time relative to pt from the 10th percentile of all runs of a cell (this side\'s over pt\'s; 90 % bootstrap interval in parentheses): interference on this shared host only adds time, in bursts, which a low quantile sees through and a median does not:', t.vsPtLow),
+      ...mdSection('The same without DataInit and DataRead (the benchmark\'s CPU loops over host buffers, identical guest work in every mode; under TCG they vary with the guest\'s memory layout, not with the device path):', t.devicePath),
+      ...mdSection('And from the 10th percentiles:', t.devicePathLow),
+      ...mdSection('Relative to native (the native twin: same benchmark sources on the host, no VM, no TCG; GPUvm Fig. 4\'s axis):', t.vsNative),
+      ...mdSection('Where the time goes: per stage, Σ over the benchmarks of (mode − pt) median ms:', t.loss),
+      ...t.stageTables.flatMap((st) => mdSection(`${st.bench}: G-KVM stages, ms (G-KVM Table ${st.bench === 'madd' ? 'V' : 'VII'} beside: 4096² on a Fermi GPU):`, st)),
+      ...mdSection('<details><summary>Total ms per benchmark and mode (median, quartiles over runs)</summary>', t.totals),
       '', '</details>',
     );
   }

@@ -8,9 +8,28 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AccelChoice } from '../../src/vm/accel.ts';
 import type { Manifest } from '../../src/vm/manifest.ts';
+import type { VmMode } from '../../src/server.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const resultsDir = path.join(repoRoot, 'bench', 'results');
+
+/**
+ * GPUvm's five configurations as the guest benchmark suite runs them: the VM's mode and the
+ * suite's --pv level (0: none, 1: a hypercall per mapping, 2: batched).
+ */
+export const SUITE_MODES: { mode: VmMode; pv: number }[] = [
+  { mode: 'pt', pv: 0 },
+  { mode: 'fv-naive', pv: 0 },
+  { mode: 'fv', pv: 0 },
+  { mode: 'pv', pv: 1 },
+  { mode: 'pv-batch', pv: 2 },
+];
+
+/** The suite's problem sizes by --sizes name: what each means and the suite's arguments for it. */
+export const SUITE_SIZES: Record<string, { label: string; args: string[] }> = {
+  default: { label: 'default sizes (256² matrices, 8 MiB copies, 16384-node BFS: the suite\'s TCG-friendly defaults)', args: [] },
+  large: { label: 'GPUvm sizes (`--large`: 1024² matrices, 64 MiB copies, 2^20-node BFS, 65536-input backprop)', args: ['--large'] },
+};
 
 export interface Environment {
   accel: string;
@@ -189,6 +208,11 @@ export function textTable(head: string[], rows: Cell[][]): string {
   return cells
     .map((r) => r.map((c, i) => (right[i] ? c.padStart(w[i]!) : c.padEnd(w[i]!))).join('  ').trimEnd())
     .join('\n');
+}
+
+/** A Markdown table under its caption, as report lines: blank, caption, blank, table. */
+export function mdSection(caption: string, t: { head: string[]; rows: Cell[][] }): string[] {
+  return ['', caption, '', mdTable(t.head, t.rows)];
 }
 
 export function mdTable(head: string[], rows: Cell[][]): string {
