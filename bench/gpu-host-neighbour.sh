@@ -7,12 +7,8 @@
 # Results in $OUT: neighbour/<device>.json (commit it as bench/results/neighbour/<device>.json)
 # and neighbour.log. Extra arguments go to bench/neighbour.ts (e.g. --watchdog-ms 3000).
 set -uo pipefail
-OUT=${OUT:-/tmp/vugpu-out}
+. "$(dirname "$0")/lib/gpu-host.sh" neighbour
 mkdir -p "$OUT/neighbour"
-cd "$(dirname "$0")/.."
-T=/tmp/vugpu-neighbour
-rm -rf "$T" && mkdir -p "$T" && tar -xJf "${VUGPU_BUNDLE:-build/vugpu-bundle.tar.xz}" -C "$T" || exit 1
-B=$T/vugpu-bundle
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$OUT/neighbour.log"
 [ -x "$B/twin/vugpu-programs-host" ] || { echo "the bundle has no twin/vugpu-programs-host: rebuild it (scripts/bundle.sh)" | tee -a "$OUT/neighbour.log"; exit 1; }
 ( . "$B/libexec/vugpu-env.sh" && timeout 240 "$B/node/bin/node" "$B/bench/neighbour.ts" --engine vulkan,auto "$@" 2>&1 |

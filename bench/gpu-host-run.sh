@@ -6,12 +6,8 @@
 # cuBLAS anchor (PyTorch on the host), then bench:engine --engine vulkan (device memory, the
 # default on a discrete GPU), then the zero-copy import path for the comparison. Results: $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/vugpu-out}
+. "$(dirname "$0")/lib/gpu-host.sh" bundle-x
 mkdir -p "$OUT/import"
-cd "$(dirname "$0")/.."
-T=/tmp/vugpu-bundle-x
-rm -rf "$T" && mkdir -p "$T" && tar -xJf ${VUGPU_BUNDLE:-build/vugpu-bundle.tar.xz} -C "$T" || exit 1
-B=$T/vugpu-bundle
 [ -e node_modules ] || ln -s "$B/node_modules" node_modules
 . "$B/libexec/vugpu-env.sh"
 NODE=$B/node/bin/node

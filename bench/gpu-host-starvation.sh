@@ -6,12 +6,7 @@
 # compiler): gcc -static, as bench/starvation.ts builds it, with -static. Arguments go to
 # bench/starvation.ts (e.g. --seconds 6).
 set -uo pipefail
-OUT=${OUT:-/tmp/vugpu-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-T=/tmp/vugpu-starvation
-rm -rf "$T" && mkdir -p "$T" && tar -xJf "${VUGPU_BUNDLE:-build/vugpu-bundle.tar.xz}" -C "$T" || exit 1
-B=$T/vugpu-bundle
+. "$(dirname "$0")/lib/gpu-host.sh" starvation
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
 [ -e node_modules ] || ln -s "$B/node_modules" node_modules
 mkdir -p build/Release && ln -sf "$B/build/Release/vugpu_native.node" build/Release/vugpu_native.node

@@ -13,12 +13,7 @@
 # glslangValidator (bench:programs compiles new SGEMM variants) comes xz-packed in .dev/ when the
 # host has none. At most 8 files come back from $OUT: the logs of step 2 travel as one archive.
 set -uo pipefail
-OUT=${OUT:-/tmp/vugpu-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-T=/tmp/vugpu-validate
-rm -rf "$T" && mkdir -p "$T" && tar -xJf "${VUGPU_BUNDLE:-build/vugpu-bundle.tar.xz}" -C "$T" || exit 1
-B=$T/vugpu-bundle
+. "$(dirname "$0")/lib/gpu-host.sh" validate
 if ! command -v glslangValidator >/dev/null && [[ -f .dev/glslangValidator.xz ]]; then
   xz -dc .dev/glslangValidator.xz >"$T/glslangValidator" && chmod +x "$T/glslangValidator" && export PATH=$T:$PATH
 fi
