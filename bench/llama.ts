@@ -415,8 +415,22 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
   }
 }
 
+/** The engine's launch-path counters from /metrics.json (program_dispatch_seconds_total by phase,
+ *  program_staging_bytes_total, program_host_imports_total): where a token's time goes. */
+async function enginePath(): Promise<Record<string, number>> {
+  const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics.json`);
+  const f = ((await r.json()) as { families?: Record<string, { labels: Record<string, string>; value: number }[]> }).families ?? {};
+  const out: Record<string, number> = {};
+  for (const x of f.program_dispatch_seconds_total ?? []) out[`${x.labels.phase}Ms`] = x.value * 1000;
+  for (const x of f.program_staging_bytes_total ?? []) out[`${x.labels.direction}MiB`] = x.value / 2 ** 20;
+  out.imports = f.program_host_imports_total?.[0]?.value ?? NaN;
+  out.engineDispatches = f.program_dispatches_total?.[0]?.value ?? NaN;
+  return out;
+}
+
 /** Dispatches (the driver's log) and submissions (the server's doorbells) for the prompt and
- *  per generated token: a prompt-only request and one of 1 + countTokens tokens, differenced. */
+ *  per generated token: a prompt-only request and one of 1 + countTokens tokens, differenced;
+ *  with the engine's launch-path phases, staged bytes and imports per token. */
 async function counts(shape: string, model: string, modules: string, icd: string, socket: string) {
   const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
   const w = new Worker('vugpu-count', modules, model, { ...twinEnv(icd, socket), VUGPU_VK_DEBUG: '2' }, ctxFor());
@@ -424,18 +438,20 @@ async function counts(shape: string, model: string, modules: string, icd: string
     await w.ready();
     await w.run(prompt, 2, true); // warm-up
     const measure = async (tokens: number) => {
-      const d0 = w.dispatchLines, c0 = (await vmCounters()).get('vm0')!;
+      const d0 = w.dispatchLines, c0 = (await vmCounters()).get('vm0')!, e0 = await enginePath();
       await w.run(prompt, tokens, true);
-      const c1 = (await vmCounters()).get('vm0')!;
-      return { dispatches: w.dispatchLines - d0, doorbells: c1.doorbells - c0.doorbells, submissions: c1.dispatches - c0.dispatches };
+      const c1 = (await vmCounters()).get('vm0')!, e1 = await enginePath();
+      const engine = Object.fromEntries(Object.keys(e1).map((k) => [k, e1[k]! - (e0[k] ?? 0)]));
+      return { dispatches: w.dispatchLines - d0, doorbells: c1.doorbells - c0.doorbells, submissions: c1.dispatches - c0.dispatches, engine };
     };
     const a = await measure(1);
     const b = await measure(1 + countTokens);
     const per = (k: 'dispatches' | 'doorbells' | 'submissions') => r3((b[k] - a[k]) / countTokens);
+    const enginePerToken = Object.fromEntries(Object.keys(b.engine).map((k) => [k, r3((b.engine[k]! - (a.engine[k] ?? 0)) / countTokens)]));
     return {
       shape, promptTokens, countTokens,
       prompt: a,
-      perToken: { dispatches: per('dispatches'), doorbells: per('doorbells'), submissions: per('submissions') },
+      perToken: { dispatches: per('dispatches'), doorbells: per('doorbells'), submissions: per('submissions'), engine: enginePerToken },
       note: 'dispatches: vkCmdDispatch executed by the vugpu driver (VUGPU_VK_DEBUG=2 log); doorbells and submissions: the VM\'s doorbells_total and the scheduler\'s submissions handed to the engine (serve /metrics.json); prompt: a prompt-only request (first token included)',
     };
   } finally {

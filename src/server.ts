@@ -156,6 +156,38 @@ export class Vugpu {
         help: 'Rebuilds of the program device after a loss.',
         samples: () => [{ labels: {}, value: vk.lossReport().rebuilds }],
       });
+      // Where a launch's time goes on the pool thread (per phase, all launches): what an operator
+      // or bench:llama needs to tell the launch path from the device's own work.
+      this.metrics.addFamily({
+        name: 'program_dispatch_seconds_total', type: 'counter',
+        help: 'Pool-thread time of program dispatches by phase: setup (operands, staging), record, queue_submit, wait (for the device), finish (write-back).',
+        samples: () => {
+          const d = vk.dispatchPhases();
+          return [
+            { labels: { phase: 'setup' }, value: d.setupNs / 1e9 }, { labels: { phase: 'record' }, value: d.recordNs / 1e9 },
+            { labels: { phase: 'queue_submit' }, value: d.queueSubmitNs / 1e9 }, { labels: { phase: 'wait' }, value: d.waitNs / 1e9 },
+            { labels: { phase: 'finish' }, value: d.finishNs / 1e9 },
+          ];
+        },
+      });
+      this.metrics.addFamily({
+        name: 'program_staging_bytes_total', type: 'counter',
+        help: 'Bytes the Vulkan backend copied between guest memory and device memory for launches (a GPU stages every launch).',
+        samples: () => {
+          const t = vk.transfers();
+          return [{ labels: { direction: 'upload' }, value: t.uploadBytes }, { labels: { direction: 'download' }, value: t.downloadBytes }];
+        },
+      });
+      this.metrics.addFamily({
+        name: 'program_host_imports_total', type: 'counter',
+        help: 'Host ranges imported into the Vulkan device for launches (cached while their window lives; hits not counted).',
+        samples: () => [{ labels: {}, value: vk.transfers().imports }],
+      });
+      this.metrics.addFamily({
+        name: 'program_dispatches_total', type: 'counter',
+        help: 'Program dispatches the Vulkan backend ran (a launch of a built-in with a plan may be several).',
+        samples: () => [{ labels: {}, value: vk.dispatchPhases().dispatches }],
+      });
     }
     this.metrics.addFamily({
       name: 'completion_poll_budget_microseconds', type: 'gauge',

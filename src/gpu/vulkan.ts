@@ -134,6 +134,17 @@ export class VulkanBackend implements ProgramBackend {
     return { losses: s.losses, rebuilds: s.rebuilds, lastLoss: s.lastLoss };
   }
 
+  /** Host imports and staged bytes since the process started (/metrics). */
+  transfers(): { imports: number; uploadBytes: number; downloadBytes: number } {
+    const s = native.vulkanStats();
+    return { imports: s.imports, uploadBytes: s.uploadBytes, downloadBytes: s.downloadBytes };
+  }
+
+  /** Dispatches and their pool-thread time by phase since the process started (/metrics). */
+  dispatchPhases(): { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number } {
+    return native.vulkanStats().dispatchPhases;
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
