@@ -254,8 +254,12 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 int vg_ctx_arm_irq(struct vg_ctx *c, u64 seq);
 bool vg_ctx_seq_done(struct vg_ctx *c, u64 seq);
 u64 vg_ctx_seq_completed(struct vg_ctx *c);
-/* 0, or -EFAULT (MMU fault) / -EIO (other channel error); fills *err if not NULL. */
+/* 0, or -EFAULT (MMU fault) / -EIO (other channel error); fills *err if not NULL. An error
+ * returned here counts as reported (ENGINE_LOST is reported once). */
 int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err);
+/* The same answer and *err, without counting anything as reported: for a caller that only
+ * describes the state (a wait whose fence passed must leave the error to the work it concerns). */
+int vg_ctx_error(struct vg_ctx *c, struct vugpu_error *err);
 /* Slow path for waiters that timed out: read the channel state from the device. */
 int vg_ctx_poll_error(struct vg_ctx *c);
 

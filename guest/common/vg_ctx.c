@@ -430,8 +430,11 @@ int vg_ctx_submit(struct vg_ctx *c, const u32 *words, u32 count, u32 flags, u64 
 	s64 off;
 	int ret;
 
-	if (READ_ERR(c) == VG_CERR_ENGINE_LOST && c->err_reported) {
-		ret = ctx_recover(c); /* reported once already: carry on on a rebound channel */
+	if (READ_ERR(c) == VG_CERR_ENGINE_LOST) {
+		/* reported to whoever it cost work (once), or it cost nothing: carry on on a rebound channel */
+		ret = vg_ctx_status(c, NULL);
+		if (!ret)
+			ret = ctx_recover(c);
 		if (ret)
 			return ret;
 	}
@@ -537,7 +540,7 @@ u64 vg_ctx_seq_completed(struct vg_ctx *c)
 	return c->seq - (u32)((u32)c->seq - sem);
 }
 
-int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
+static int ctx_status(struct vg_ctx *c, struct vugpu_error *err, bool report)
 {
 	vg_irqflags_t fl;
 	u32 code;
@@ -559,11 +562,24 @@ int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
 	if (!code)
 		return 0;
 	/* ENGINE_LOST is reported once; after that the lost fences count as passed (their results are
-	 * undefined) and the next submission rebinds the channel */
-	if (code == VG_CERR_ENGINE_LOST && c->err_reported)
+	 * undefined) and the next submission rebinds the channel. Met with every fence passed, it
+	 * cost this channel nothing (the device restarted while it was idle; VRAM survived): nothing
+	 * to report, the next submission rebinds. */
+	if (code == VG_CERR_ENGINE_LOST && (c->err_reported || (c->sem_addr && vg_ctx_seq_completed(c) == c->seq)))
 		return 0;
-	c->err_reported = true;
+	if (report)
+		c->err_reported = true;
 	return code == VG_CERR_MMU_FAULT ? -EFAULT : -EIO;
+}
+
+int vg_ctx_status(struct vg_ctx *c, struct vugpu_error *err)
+{
+	return ctx_status(c, err, true);
+}
+
+int vg_ctx_error(struct vg_ctx *c, struct vugpu_error *err)
+{
+	return ctx_status(c, err, false);
 }
 
 int vg_ctx_poll_error(struct vg_ctx *c)

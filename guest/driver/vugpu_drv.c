@@ -160,10 +160,12 @@ static int vugpu_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms, 
 			return ret ?: -ETIMEDOUT;
 		}
 	}
-	ret = vg_ctx_status(c, NULL);
-	if (ret && vg_ctx_seq_done(c, seq))
-		ret = 0; /* the fence passed before the channel failed */
-	return ret;
+	/* the fence passed before the channel failed: the error is left to the wait or submission of
+	 * the work it concerns (an ENGINE_LOST reported here would let the lost work count as passed
+	 * unseen) */
+	if (vg_ctx_seq_done(c, seq))
+		return 0;
+	return vg_ctx_status(c, NULL);
 }
 
 static int vugpu_core_wait(struct vg_ctx *c, u64 seq, unsigned int timeout_ms)
@@ -554,8 +556,9 @@ static int ioc_wait(struct vugpu_file *fp, struct vg_ctx *c, void __user *uarg, 
 	ret = vugpu_wait_fence(c, a.seq, a.timeout_ms, true);
 	if (ret == -EINTR)
 		return -ERESTARTSYS;
-	/* err is filled in every case: a fence that passed may be followed by a failure */
-	vg_ctx_status(c, &a.err);
+	/* err is filled in every case: a fence that passed may be followed by a failure (described,
+	 * not reported: that is for the wait or submission it concerns) */
+	vg_ctx_error(c, &a.err);
 	if (copy_to_user(uarg, &a, size))
 		return -EFAULT;
 	return ret;

@@ -108,10 +108,10 @@ static int host_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms)
 		}
 		service_irqs(hd, (int)(deadline - t < 1000 ? deadline - t : 1000));
 	}
-	ret = vg_ctx_status(c, NULL);
-	if (ret && vg_ctx_seq_done(c, seq))
-		ret = 0;
-	return ret;
+	/* as the kernel driver: a fence that passed leaves a later failure to the work it concerns */
+	if (vg_ctx_seq_done(c, seq))
+		return 0;
+	return vg_ctx_status(c, NULL);
 }
 
 static void host_wake(struct vg_ctx *c)
@@ -374,6 +374,10 @@ static int host_submit(struct vg_backend_ctx *b, const uint32_t *words, uint32_t
 	u64 s;
 	int ret;
 
+	/* interrupts are serviced only by waiters here: take any that came while nobody waited (an
+	 * ENGINE_LOST raised by a restarted server), so the core sees the channel's state before it
+	 * queues work on it, as the kernel driver's interrupt handler would have */
+	service_irqs(b->hd, 0);
 	for (;;) {
 		ret = vg_ctx_submit(b->ctx, words, count, flags, &s);
 		if (ret != -EBUSY)
@@ -394,7 +398,7 @@ static int host_wait(struct vg_backend_ctx *b, uint64_t seq, uint32_t timeout_ms
 	if (seq > b->ctx->seq)
 		return -EINVAL;
 	ret = host_wait_fence(b->ctx, seq, timeout_ms);
-	vg_ctx_status(b->ctx, err);
+	vg_ctx_error(b->ctx, err);
 	return ret;
 }
 
