@@ -14,7 +14,7 @@
 //                prompt and per generated token;
 //   tenants      --tenants native workers generating at once against as many vugpu workers
 //                (one fv VM each, one server), rounds interleaved: aggregate tokens/s.
-// Workers are bench/lib/llama-worker.ts processes (model loaded once, pipelines created in the
+// Workers are guest/vkapp/llama-worker.ts processes (model loaded once, pipelines created in the
 // warm-up). The result goes to bench/results/llama/<device>.json (device: the native Vulkan
 // device, lavapipe or h200) after every phase, so a run cut short still leaves what it measured.
 //
@@ -196,7 +196,7 @@ class Worker {
 
   constructor(name: string, modules: string, model: string, env: Record<string, string>, ctx: number) {
     this.name = name;
-    const args = [path.join(repoRoot, 'bench/lib/llama-worker.ts'), '--modules', modules, '--model', model, '--ctx', String(ctx), '--batch', '512'];
+    const args = [path.join(repoRoot, 'guest/vkapp/llama-worker.ts'), '--modules', modules, '--model', model, '--ctx', String(ctx), '--batch', '512'];
     if (flash) args.push('--flash-attention', flash);
     this.child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
     children.add(this.child);

@@ -12,7 +12,7 @@
 #   --with-llama      add llama.cpp for bench:llama (bench/gpu-host-llama.sh): node-llama-cpp 3.21.1
 #                     with only its prebuilt Vulkan build (scripts/llama-deps.sh; the CPU-only
 #                     prebuilt, the llama.cpp source and build files, docs and types left out) in
-#                     llama/, and guest/vkapp/llama-run.ts. Models are not carried: bench:llama
+#                     llama/, and guest/vkapp/llama-{run,worker}.ts. Models are not carried: bench:llama
 #                     writes them where it runs (bench/lib/gguf.ts)
 #   --xz LEVEL        xz preset (default 9e; 6 is ~3x faster and ~1 MiB larger)
 #   --no-build        take the addon, build/spirv and the twin as they are (no incremental builds)
@@ -26,7 +26,7 @@
 # node_modules/ (runtime packages only, from package-lock.json), build/Release/vugpu_native.node,
 # build/spirv/, lib/ (the addon's libraries a bare Ubuntu lacks + Debian 12's Vulkan loader and
 # glvnd), twin/ (static host programs + sdk/ + vulkan/: the vugpu Vulkan driver for host processes),
-# [qemu/, guest/], [llama/, guest/vkapp/llama-run.ts], README-BUNDLE.md, BUNDLE-INFO,
+# [qemu/, guest/], [llama/, guest/vkapp/llama-{run,worker}.ts], README-BUNDLE.md, BUNDLE-INFO,
 # MANIFEST.json, SHA256SUMS.
 set -euo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot derail a build in progress
@@ -227,7 +227,7 @@ if ((WITH_LLAMA)); then
   lib llama-files "$LLAMA/node_modules" | tar -C "$LLAMA/node_modules" --null -T - -cf - | tar -C "$STAGE/llama/node_modules" -xf -
   [[ -f $STAGE/llama/node_modules/node-llama-cpp/llama/binariesGithubRelease.json ]] || die "--with-llama: node-llama-cpp's llama/*.json did not make it"
   echo '{"name":"vugpu-llama","private":true}' >"$STAGE/llama/package.json"
-  cp guest/vkapp/llama-run.ts "$STAGE/guest/vkapp/"
+  cp guest/vkapp/llama-run.ts guest/vkapp/llama-worker.ts "$STAGE/guest/vkapp/"
   LLAMA_NOTE="node-llama-cpp $("$NODE_BIN" -p 'require(process.argv[1]).version' "$NLC") (linux-x64-vulkan prebuilt)"
   say "llama: $LLAMA_NOTE, $(du -sm "$STAGE/llama" | cut -f1) MiB unpacked"
 fi

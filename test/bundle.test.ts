@@ -288,7 +288,7 @@ describe.skipIf(!SLOW_LLAMA)('the bundle with llama.cpp (VUGPU_TEST_BUNDLE_LLAMA
     const list = execFileSync('tar', ['-tJf', out], { encoding: 'utf8', maxBuffer: 64 << 20 }).split('\n');
     for (const f of ['llama/node_modules/node-llama-cpp/dist/index.js', 'llama/node_modules/node-llama-cpp/llama/binariesGithubRelease.json',
                      'llama/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan/libggml-vulkan.so',
-                     'guest/vkapp/llama-run.ts', 'bench/llama.ts', 'bench/lib/llama-worker.ts', 'bench/lib/gguf.ts']) {
+                     'guest/vkapp/llama-run.ts', 'guest/vkapp/llama-worker.ts', 'bench/llama.ts', 'bench/lib/gguf.ts']) {
       expect(list, f).toContain(`vugpu-bundle/${f}`);
     }
     for (const bad of [/\/@node-llama-cpp\/linux-x64\//, /gitRelease\.bundle$/, /\/llama\/CMakeLists\.txt$/, /\/(cmake-js|node-api-headers)\//]) {

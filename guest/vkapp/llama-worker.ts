@@ -1,27 +1,38 @@
-// A long-lived llama.cpp process for bench:llama (bench/llama.ts): loads node-llama-cpp's prebuilt
-// build and one model once, then runs greedy generations on request, so the benchmark can
-// interleave the native device and the vugpu driver round by round without paying model loading
-// and pipeline creation in every measurement. Standalone (no project imports), like
-// guest/vkapp/llama-run.ts, so the same file runs from a checkout and from the offline bundle.
+// A long-lived llama.cpp process: loads node-llama-cpp's prebuilt build and one model once, then
+// runs greedy generations on request. bench:llama (bench/llama.ts) interleaves the native device
+// and the vugpu driver with it round by round without paying model loading and pipeline creation
+// in every measurement; the restart tests keep one llama.cpp process across server restarts with
+// it, on the host and in a guest (guest/vkapp/vkapp.sh `worker`, requests on a serial port).
+// Standalone (no project imports), like llama-run.ts, so the same file runs from a checkout, from
+// the offline bundle and in the guest's application layer.
 //
 //   node llama-worker.ts --modules DIR --model FILE [--gpu vulkan|cpu] [--ctx N] [--batch N]
-//                        [--flash-attention auto|on|off]
+//                        [--flash-attention auto|on|off] [--record]
 // stdin, one JSON object a line: { id, prompt: [token ids], tokens: N } → stdout, one line each:
 // { id, tokens: [ids], promptMs, genMs } or { id, error }. The first stdout line is
 // { ready: true, device } once the model and its context are loaded (or { error } and exit 1).
-// After each answer, `LLAMA-WORKER-DONE <id>` goes to stderr: everything the Vulkan driver logged
-// there for that request (VUGPU_VK_DEBUG) came before it, on the same descriptor.
+// With --record every stdout line is a guest console record (`VUGPU-LLAMA_WORKER {...}`,
+// src/vm/console.ts). After each answer, `LLAMA-WORKER-DONE <id>` goes to stderr: everything the
+// Vulkan driver logged there for that request (VUGPU_VK_DEBUG) came before it, on the same
+// descriptor. The process ends at the end of stdin.
 import path from 'node:path';
 import readline from 'node:readline';
 import { pathToFileURL } from 'node:url';
 
+const argv = process.argv.slice(2);
+const record = argv.includes('--record');
+if (record) argv.splice(argv.indexOf('--record'), 1);
+
+function say(o: object): void {
+  process.stdout.write(`${record ? 'VUGPU-LLAMA_WORKER ' : ''}${JSON.stringify(o)}\n`);
+}
+
 function fail(msg: string): never {
-  process.stdout.write(`${JSON.stringify({ error: msg })}\n`);
+  say({ error: msg });
   process.exit(1);
 }
 
 const opt: Record<string, string> = { gpu: 'vulkan', ctx: '1024', batch: '512' };
-const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i += 2) {
   const k = argv[i]!;
   if (!/^--(modules|model|gpu|ctx|batch|flash-attention)$/.test(k)) fail(`unknown argument ${k}`);
@@ -61,7 +72,7 @@ try {
   fail(`loading failed: ${(e as Error).message}`);
 }
 const seq = context.getSequence();
-process.stdout.write(`${JSON.stringify({ ready: true, device })}\n`);
+say({ ready: true, device });
 
 interface Request { id: number; prompt: number[]; tokens: number }
 
@@ -91,13 +102,13 @@ for await (const line of rl) {
       throw new Error('a request is { id, prompt: [token ids], tokens: N >= 1 }');
     }
   } catch (e) {
-    process.stdout.write(`${JSON.stringify({ id: -1, error: (e as Error).message })}\n`);
+    say({ id: -1, error: (e as Error).message });
     continue;
   }
   try {
-    process.stdout.write(`${JSON.stringify({ id: r.id, ...(await generate(r)) })}\n`);
+    say({ id: r.id, ...(await generate(r)) });
   } catch (e) {
-    process.stdout.write(`${JSON.stringify({ id: r.id, error: (e as Error).message })}\n`);
+    say({ id: r.id, error: (e as Error).message });
   }
   process.stderr.write(`LLAMA-WORKER-DONE ${r.id}\n`);
 }

@@ -7,6 +7,11 @@
 # bound in. Commands:
 #   vulkaninfo [args]        vulkaninfo with the vugpu ICD
 #   llama <model> <gpu> <n>  llama-run.ts: greedy tokens of /opt/models/<model>.gguf (gpu: vulkan|cpu)
+#   worker <model> <gpu> <ctx>
+#                            llama-worker.ts: one llama.cpp process that generates on request;
+#                            the requests come on the second serial port (/dev/ttyS1: the host
+#                            drives when the next generation runs), one JSON line each, and it
+#                            ends at ^D there; answers are VUGPU-LLAMA_WORKER records
 #   sh <script>              any command line in the image (':' for spaces)
 #   suite <n>                the driver's checks in one boot: vulkaninfo --summary, the full
 #                            vulkaninfo under the validation layer, llama tiny on vulkan (n
@@ -42,6 +47,10 @@ shift
 case "$cmd" in
   vulkaninfo) chroot $A vulkaninfo "$@" ;;
   llama) chroot $A node /opt/vugpu/llama-run.ts --modules /opt/llama --model "/opt/models/$1.gguf" --gpu "$2" --tokens "$3" --record ;;
+  worker)
+    # canonical mode (a request is a line, ^D ends the input), no echo back to the host
+    stty -F /dev/ttyS1 -echo icanon || { echo "VUGPU-ERROR {\"error\":\"no second serial port for the worker's requests\"}"; false; } &&
+      chroot $A node /opt/vugpu/llama-worker.ts --modules /opt/llama --model "/opt/models/$1.gguf" --gpu "$2" --ctx "$3" --record </dev/ttyS1 ;;
   sh) chroot $A /bin/sh -c "$(echo "$*" | tr ':' ' ')" ;;
   suite)
     fails=0
