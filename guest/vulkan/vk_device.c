@@ -34,7 +34,12 @@ uint64_t vkv_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A runtime result as Vulkan sees it; a failed channel loses this VkDevice (and only it). */
+/*
+ * A runtime result as Vulkan sees it; a failed channel loses this VkDevice (and only it). That
+ * includes ENGINE_LOST (a restart of vugpu): it reaches the runtime only when this channel had
+ * work in flight, whose results are undefined; the driver core rebinds an idle channel without
+ * a word (docs/vulkan.md, "Surviving a server restart").
+ */
 VkResult vkv_result(struct vkv_device *d, vgResult r, const char *what)
 {
 	switch (r) {
