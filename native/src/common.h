@@ -13,10 +13,13 @@
 #include <napi.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
 #include <functional>
+
+#include <unistd.h>
 
 namespace vugpu::addon {
 
@@ -75,5 +78,13 @@ inline uint64_t NowNs() {
 }
 
 inline Napi::Value Errno(Napi::Env env, int err) { return Napi::Number::New(env, -err); }
+
+// A call on an fd this function just opened failed: close the fd and return the call's -errno
+// (read before close, which may change it).
+inline Napi::Value ErrnoClosing(Napi::Env env, int fd) {
+  int e = errno;
+  close(fd);
+  return Errno(env, e);
+}
 
 }  // namespace vugpu::addon

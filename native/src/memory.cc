@@ -91,11 +91,8 @@ Napi::Value MemfdCreate(const Napi::CallbackInfo& info) {
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC | (seals >= 0 ? MFD_ALLOW_SEALING : 0));
   if (fd < 0) return Errno(env, errno);
   if ((size > 0 && ftruncate(fd, off_t(size)) < 0) ||
-      (seals > 0 && fcntl(fd, F_ADD_SEALS, int(seals)) < 0)) {
-    int e = errno;
-    close(fd);
-    return Errno(env, e);
-  }
+      (seals > 0 && fcntl(fd, F_ADD_SEALS, int(seals)) < 0))
+    return ErrnoClosing(env, fd);
   return Napi::Number::New(env, fd);
 }
 

@@ -53,6 +53,41 @@ bool FillSockaddrAny(Napi::Env env, const std::string& path, sockaddr_un* sa, so
   return true;
 }
 
+// The optional fds argument of a send, info[i] (an array of at most kMaxFds fds, or undefined
+// or null for none), into fds[0..*nfds); false with a JS exception pending on bad input.
+bool ArgFds(const Napi::CallbackInfo& info, size_t i, int* fds, size_t* nfds) {
+  Napi::Env env = info.Env();
+  *nfds = 0;
+  if (info.Length() <= i || info[i].IsUndefined() || info[i].IsNull()) return true;
+  if (!info[i].IsArray()) {
+    ThrowTypeError(env, "fds must be an array of numbers");
+    return false;
+  }
+  Napi::Array arr = info[i].As<Napi::Array>();
+  if (arr.Length() > kMaxFds) {
+    ThrowRangeError(env, "at most %zu fds per message", kMaxFds);
+    return false;
+  }
+  for (uint32_t k = 0; k < arr.Length(); k++) {
+    int64_t v;
+    if (!ValueInt(env, arr.Get(k), "fds[i]", 0, INT32_MAX, &v)) return false;
+    fds[(*nfds)++] = int(v);
+  }
+  return true;
+}
+
+// fds[0..nfds) as mh's one SCM_RIGHTS control message, built in cbuf (room for kMaxFds).
+void AttachFds(msghdr* mh, char* cbuf, const int* fds, size_t nfds) {
+  mh->msg_control = cbuf;
+  mh->msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+  memset(cbuf, 0, mh->msg_controllen);
+  cmsghdr* c = CMSG_FIRSTHDR(mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+  memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+}
+
 int SetNonblockFd(int fd, bool on) {
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
@@ -77,11 +112,8 @@ Napi::Value ListenUnix(const Napi::CallbackInfo& info) {
   if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
   int fd = socket(AF_UNIX, (seqpacket ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno(env, errno);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), salen) < 0 || listen(fd, int(backlog)) < 0) {
-    int e = errno;
-    close(fd);
-    return Errno(env, e);
-  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), salen) < 0 || listen(fd, int(backlog)) < 0)
+    return ErrnoClosing(env, fd);
   return Napi::Number::New(env, fd);
 }
 
@@ -113,11 +145,7 @@ Napi::Value ConnectUnix(const Napi::CallbackInfo& info) {
   do r = connect(fd, reinterpret_cast<sockaddr*>(&sa), salen);
   while (r < 0 && errno == EINTR);
   if (r == 0 && nonblock) r = SetNonblockFd(fd, true) == 0 ? 0 : -1;
-  if (r < 0) {
-    int e = errno;
-    close(fd);
-    return Errno(env, e);
-  }
+  if (r < 0) return ErrnoClosing(env, fd);
   return Napi::Number::New(env, fd);
 }
 
@@ -213,23 +241,8 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
   size_t len;
   if (!ArgFd(info, 0, &fd) || !ValueBytes(env, info[1], "data", &data, &len)) return env.Undefined();
   int fds[kMaxFds];
-  size_t nfds = 0;
-  if (info.Length() > 2 && !info[2].IsUndefined() && !info[2].IsNull()) {
-    if (!info[2].IsArray()) {
-      ThrowTypeError(env, "fds must be an array of numbers");
-      return env.Undefined();
-    }
-    Napi::Array arr = info[2].As<Napi::Array>();
-    if (arr.Length() > kMaxFds) {
-      ThrowRangeError(env, "at most %zu fds per message", kMaxFds);
-      return env.Undefined();
-    }
-    for (uint32_t i = 0; i < arr.Length(); i++) {
-      int64_t v;
-      if (!ValueInt(env, arr.Get(i), "fds[i]", 0, INT32_MAX, &v)) return env.Undefined();
-      fds[nfds++] = int(v);
-    }
-  }
+  size_t nfds;
+  if (!ArgFds(info, 2, fds, &nfds)) return env.Undefined();
   if (len == 0 && nfds > 0) {
     ThrowRangeError(env, "fds need at least one data byte to travel with");
     return env.Undefined();
@@ -266,16 +279,7 @@ Napi::Value SendMsg(const Napi::CallbackInfo& info) {
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    if (sent == 0 && nfds > 0) {  // fds ride with the first chunk only
-      mh.msg_control = cbuf;
-      mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-      memset(cbuf, 0, mh.msg_controllen);
-      cmsghdr* c = CMSG_FIRSTHDR(&mh);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-      memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-    }
+    if (sent == 0 && nfds > 0) AttachFds(&mh, cbuf, fds, nfds);  // fds ride with the first chunk only
     ssize_t r = sendmsg(fd, &mh, MSG_NOSIGNAL);
     if (r > 0) {
       sent += size_t(r);
@@ -338,23 +342,8 @@ Napi::Value SendDatagram(const Napi::CallbackInfo& info) {
   size_t len;
   if (!ArgString(info, 0, "path", &path) || !ValueBytes(env, info[1], "data", &data, &len)) return env.Undefined();
   int fds[kMaxFds];
-  size_t nfds = 0;
-  if (info.Length() > 2 && !info[2].IsUndefined() && !info[2].IsNull()) {
-    if (!info[2].IsArray()) {
-      ThrowTypeError(env, "fds must be an array of numbers");
-      return env.Undefined();
-    }
-    Napi::Array arr = info[2].As<Napi::Array>();
-    if (arr.Length() > kMaxFds) {
-      ThrowRangeError(env, "at most %zu fds per message", kMaxFds);
-      return env.Undefined();
-    }
-    for (uint32_t i = 0; i < arr.Length(); i++) {
-      int64_t v;
-      if (!ValueInt(env, arr.Get(i), "fds[i]", 0, INT32_MAX, &v)) return env.Undefined();
-      fds[nfds++] = int(v);
-    }
-  }
+  size_t nfds;
+  if (!ArgFds(info, 2, fds, &nfds)) return env.Undefined();
   sockaddr_un sa;
   socklen_t salen;
   if (!FillSockaddrAny(env, path, &sa, &salen)) return env.Undefined();
@@ -367,16 +356,7 @@ Napi::Value SendDatagram(const Napi::CallbackInfo& info) {
   mh.msg_namelen = salen;
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  if (nfds > 0) {
-    mh.msg_control = cbuf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    memset(cbuf, 0, mh.msg_controllen);
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
+  if (nfds > 0) AttachFds(&mh, cbuf, fds, nfds);
   ssize_t r;
   do r = sendmsg(s, &mh, MSG_NOSIGNAL);
   while (r < 0 && errno == EINTR);
@@ -401,11 +381,7 @@ Napi::Value BindDatagram(const Napi::CallbackInfo& info) {
   }
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno(env, errno);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), salen) < 0) {
-    int e = errno;
-    close(fd);
-    return Errno(env, e);
-  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), salen) < 0) return ErrnoClosing(env, fd);
   return Napi::Number::New(env, fd);
 }
 
