@@ -16,16 +16,15 @@
 //                                 written into the last run's restart.json as mmioInProcess
 //   node bench/restart.ts --access-only       both access-cost comparisons (guests too, ~5 min),
 //                                 written into the last run's restart.json (mmio, mmioInProcess)
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { native } from '../src/native.ts';
-import { LineSplitter } from '../src/vm/console.ts';
 import { bootGuest, type GuestResult } from '../src/vm/launcher.ts';
 import { loadManifest, type Manifest } from '../src/vm/manifest.ts';
 import { chooseAccel } from '../src/vm/accel.ts';
-import { nodeBinary } from '../src/vm/server-process.ts';
+import { nodeBinary, ServerLineage } from '../src/vm/server-process.ts';
 import { KeeperClient } from '../src/persist/keeper-client.ts';
 import { VfioUserClient } from '../src/device-model/client.ts';
 import { benchFile, environment, quantile, repoRoot, textTable, writeBenchResult } from './lib/common.ts';
@@ -42,47 +41,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let manifest: Manifest;
 let dir = '';
 
-/** All generations of one server lineage write into these pipes. */
-class Server {
-  readonly lines: string[] = [];
-  readonly procs: ChildProcess[] = [];
-  readonly args: string[];
-
-  constructor(vms: number, restartable: boolean) {
-    this.args = [path.join(repoRoot, 'src/cli.ts'), 'serve', '--vram', '512M', '--engine', 'native', '--watchdog-ms', '20000'];
-    if (restartable) this.args.push('--state-dir', dir, '--standby');
-    for (let i = 0; i < vms; i++) this.args.push('--vm', `name=vm${i},socket=${sock(i)},mode=fv,slice=${SLICE >> 20}M`);
-  }
-
-  start(): void {
-    const p = spawn(nodeBinary(), this.args, { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
-    const split = new LineSplitter((l) => this.lines.push(l));
-    p.stdout!.setEncoding('utf8').on('data', (c: string) => split.push(c));
-    p.stderr!.setEncoding('utf8').on('data', (c: string) => split.push(c));
-    this.procs.push(p);
-  }
-
-  records(from = 0): Record<string, unknown>[] {
-    const out: Record<string, unknown>[] = [];
-    for (const l of this.lines.slice(from)) {
-      try {
-        out.push(JSON.parse(l) as Record<string, unknown>);
-      } catch {
-        // not a record
-      }
-    }
-    return out;
-  }
-
-  async waitFor(pred: (r: Record<string, unknown>) => boolean, from: number, ms: number): Promise<Record<string, unknown>> {
-    const end = performance.now() + ms;
-    for (;;) {
-      const r = this.records(from).find(pred);
-      if (r) return r;
-      if (performance.now() > end) throw new Error(`server: nothing matched within ${ms} ms\n${this.lines.slice(-20).join('\n')}`);
-      await sleep(50);
-    }
-  }
+/** `vugpu serve` arguments of the benchmark's server: vms fv VMs, restartable or not. */
+function serveArgs(vms: number, restartable: boolean): string[] {
+  const args = ['--vram', '512M', '--engine', 'native', '--watchdog-ms', '20000'];
+  if (restartable) args.push('--state-dir', dir, '--standby');
+  for (let i = 0; i < vms; i++) args.push('--vm', `name=vm${i},socket=${sock(i)},mode=fv,slice=${SLICE >> 20}M`);
+  return args;
 }
 
 function sock(i: number): string {
@@ -90,14 +54,9 @@ function sock(i: number): string {
 }
 
 async function status(): Promise<{ pid: number; server: number | null; standby: number | null }> {
-  const k = KeeperClient.tryConnect(path.join(dir, 'keeper.sock'));
-  if (!k) throw new Error('no keeper');
-  try {
-    await k.hello('control');
-    return await k.status();
-  } finally {
-    k.close();
-  }
+  const st = await KeeperClient.statusAt(path.join(dir, 'keeper.sock'));
+  if (!st) throw new Error('no keeper');
+  return st;
 }
 
 async function untilStandby(): Promise<{ server: number; standby: number }> {
@@ -171,8 +130,8 @@ async function mmioCost(): Promise<Record<string, unknown>> {
 async function mmioOnce(kind: 'plain' | 'restartable'): Promise<{ read: AccessStats; write: AccessStats; checkpoints: unknown }> {
   const out: Record<string, unknown> = {};
   dir = fs.mkdtempSync(path.join(os.tmpdir(), `vugpu-restart-mmio-`));
-  const s = new Server(1, kind === 'restartable');
-  s.start();
+  const s = new ServerLineage();
+  s.start(serveArgs(1, kind === 'restartable'));
   await s.waitFor((r) => r.msg === 'vugpu serving', 0, 120_000);
   await sleep(300);
   const r = await bootGuest({ manifest, sockets: [sock(0)], run: PROBE, args: ['--bench', '20000'], timeoutMs: 600_000 }).done;
@@ -204,8 +163,8 @@ async function mmioInProcess(): Promise<unknown> {
     const order = i % 2 === 0 ? (['plain', 'restartable'] as const) : (['restartable', 'plain'] as const);
     for (const kind of order) {
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-restart-inproc-'));
-      const s = new Server(1, kind === 'restartable');
-      s.start();
+      const s = new ServerLineage();
+      s.start(serveArgs(1, kind === 'restartable'));
       await s.waitFor((r) => r.msg === 'vugpu serving', 0, 120_000);
       if (kind === 'restartable') await untilStandby();
       await sleep(kind === 'restartable' ? 2500 : 300); // the standby's warm-up done
@@ -248,7 +207,7 @@ async function mmioInProcess(): Promise<unknown> {
   };
 }
 
-async function stopServer(s: Server, restartable: boolean): Promise<void> {
+async function stopServer(s: ServerLineage, restartable: boolean): Promise<void> {
   if (restartable) {
     try {
       const st = await status();
@@ -267,8 +226,8 @@ interface Event { kind: Kind; t: number; serverPauseMs: number | null; lost: num
 
 async function pauses(n: number): Promise<Record<Kind, unknown>> {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), `vugpu-restart-${n}-`));
-  const s = new Server(n, true);
-  s.start();
+  const s = new ServerLineage();
+  s.start(serveArgs(n, true));
   await s.waitFor((r) => r.msg === 'restartable serving: fds held outside the process', 0, 180_000);
   const slices: number[] = [];
   for (let i = 0; i < n; i++) slices.push((await s.waitFor((r) => r.msg === 'vgpu attached' && r.vm === `vm${i}`, 0, 1000)).sliceBase as number);

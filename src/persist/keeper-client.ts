@@ -71,6 +71,18 @@ export class KeeperClient {
     return new KeeperClient(socket, fd);
   }
 
+  /** The status of the keeper on socket, asked over a control connection of its own; null if none answers. */
+  static async statusAt(socket: string): Promise<Awaited<ReturnType<KeeperClient['status']>> | null> {
+    const k = KeeperClient.tryConnect(socket);
+    if (!k) return null;
+    try {
+      await k.hello('control');
+      return await k.status();
+    } finally {
+      k.close();
+    }
+  }
+
   /** Connect, starting a keeper (detached, its log next to its socket) if none answers. */
   static async connectOrSpawn(socket: string, timeoutMs = 10_000): Promise<KeeperClient> {
     const c = KeeperClient.tryConnect(socket);

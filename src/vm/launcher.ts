@@ -8,6 +8,7 @@ import { logger } from '../log.ts';
 import { accelArgs, chooseAccel, type Accel, type AccelChoice } from './accel.ts';
 import { LineSplitter, parseRecord, type CheckResult, type GuestRecord } from './console.ts';
 import { loadManifest, type Manifest } from './manifest.ts';
+import { isSocket } from './server-process.ts';
 
 export interface BootOptions {
   /** vfio-user sockets; one vfio-user-pci device each. The servers must already be listening. */
@@ -247,12 +248,4 @@ function word(s: string, inArgs = false): string {
     throw new Error(`guest command word ${JSON.stringify(s)} cannot go on the kernel command line`);
   }
   return s;
-}
-
-function isSocket(p: string): boolean {
-  try {
-    return fs.statSync(p).isSocket();
-  } catch {
-    return false;
-  }
 }

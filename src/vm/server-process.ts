@@ -117,6 +117,56 @@ export class ServerProcess {
   }
 }
 
+/**
+ * Every `vugpu serve` process of one restartable server (the first, its standbys, successors,
+ * cold restarts) writing into pipes read here: one ordered log of all its generations, whose
+ * JSON lines are its records.
+ */
+export class ServerLineage {
+  readonly lines: string[] = [];
+  readonly procs: ChildProcess[] = [];
+  private args: string[] = [];
+
+  /** Starts one more generation: `vugpu serve` with these arguments (default: the last one's). */
+  start(args = this.args): ChildProcess {
+    this.args = args;
+    const p = spawn(nodeBinary(), [path.join(repoRoot, 'src/cli.ts'), 'serve', ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const split = new LineSplitter((l) => this.lines.push(l));
+    p.stdout!.setEncoding('utf8').on('data', (c: string) => split.push(c));
+    p.stderr!.setEncoding('utf8').on('data', (c: string) => split.push(c));
+    this.procs.push(p);
+    return p;
+  }
+
+  /** The JSON records among the lines from index `from` on. */
+  records(from = 0): Record<string, unknown>[] {
+    const out: Record<string, unknown>[] = [];
+    for (const l of this.lines.slice(from)) {
+      try {
+        out.push(JSON.parse(l) as Record<string, unknown>);
+      } catch {
+        // not a log record
+      }
+    }
+    return out;
+  }
+
+  /** The first record from line `from` on that pred accepts; throws (with the log's tail) after ms. */
+  async waitFor(pred: (r: Record<string, unknown>) => boolean, from: number, ms: number): Promise<Record<string, unknown>> {
+    const end = performance.now() + ms;
+    for (;;) {
+      const r = this.records(from).find(pred);
+      if (r) return r;
+      if (performance.now() > end) throw new Error(`server log: nothing matched within ${ms} ms\n${this.tail()}`);
+      await sleep(50);
+    }
+  }
+
+  tail(n = 30): string {
+    return this.lines.slice(-n).join('\n');
+  }
+}
+
 export async function startServer(opts: ServerOptions): Promise<ServerProcess> {
   const s = new ServerProcess(opts);
   try {
@@ -128,7 +178,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerProcess> {
   return s;
 }
 
-function isSocket(p: string): boolean {
+export function isSocket(p: string): boolean {
   try {
     return fs.statSync(p).isSocket();
   } catch {

@@ -8,7 +8,7 @@
 // prints nothing about vfio-user but (at most) the "unexpected reply" a header-only ERROR for an
 // already answered request gives. Plus one cold restart (a new process, no standby).
 // Needs `npm run setup` (npm test runs it); without it the tests fail, they are never skipped.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,10 +16,10 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { native } from '../../src/native.ts';
-import { LineSplitter, vfioErrorLines, type GuestRecord } from '../../src/vm/console.ts';
+import { vfioErrorLines, type GuestRecord } from '../../src/vm/console.ts';
 import { bootGuest, type GuestResult } from '../../src/vm/launcher.ts';
 import { loadManifest, type Manifest } from '../../src/vm/manifest.ts';
-import { nodeBinary } from '../../src/vm/server-process.ts';
+import { nodeBinary, ServerLineage } from '../../src/vm/server-process.ts';
 import { KeeperClient } from '../../src/persist/keeper-client.ts';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -63,66 +63,24 @@ function killNaming(needle: string): void {
   }
 }
 
-/** Every `vugpu serve` process of the test (the first, its standbys, successors, cold restarts)
- * writes into pipes read here: one ordered log of all server generations. */
-class ServerLog {
-  readonly lines: string[] = [];
-  readonly procs: ChildProcess[] = [];
-
-  start(extra: string[] = []): ChildProcess {
-    const args = [
-      path.join(repo, 'src/cli.ts'), 'serve', '--state-dir', dir, '--standby',
-      '--vm', `name=fv,socket=${sock('fv')},mode=fv,slice=128M`,
-      '--vm', `name=batch,socket=${sock('batch')},mode=pv-batch,slice=128M`,
-      '--vm', `name=canary,socket=${sock('canary')},mode=fv,slice=64M`,
-      '--vram', '1G', '--watchdog-ms', '20000', '--policy', 'band', '--engine', 'native', ...extra,
-    ];
-    const p = spawn(nodeBinary(), args, { cwd: repo, stdio: ['ignore', 'pipe', 'pipe'] });
-    const split = new LineSplitter((l) => this.lines.push(l));
-    p.stdout!.setEncoding('utf8').on('data', (c: string) => split.push(c));
-    p.stderr!.setEncoding('utf8').on('data', (c: string) => split.push(c));
-    this.procs.push(p);
-    return p;
-  }
-
-  records(from = 0): Record<string, unknown>[] {
-    const out: Record<string, unknown>[] = [];
-    for (const l of this.lines.slice(from)) {
-      try {
-        out.push(JSON.parse(l) as Record<string, unknown>);
-      } catch {
-        // not a log record
-      }
-    }
-    return out;
-  }
-
-  async waitFor(pred: (r: Record<string, unknown>) => boolean, from: number, ms: number): Promise<Record<string, unknown>> {
-    const end = performance.now() + ms;
-    for (;;) {
-      const r = this.records(from).find(pred);
-      if (r) return r;
-      if (performance.now() > end) throw new Error(`server log: nothing matched within ${ms} ms\n${this.tail()}`);
-      await sleep(50);
-    }
-  }
-
-  tail(n = 30): string {
-    return this.lines.slice(-n).join('\n');
-  }
+/** `vugpu serve` arguments of every generation of the test's server. */
+function serveArgs(extra: string[] = []): string[] {
+  return [
+    '--state-dir', dir, '--standby',
+    '--vm', `name=fv,socket=${sock('fv')},mode=fv,slice=128M`,
+    '--vm', `name=batch,socket=${sock('batch')},mode=pv-batch,slice=128M`,
+    '--vm', `name=canary,socket=${sock('canary')},mode=fv,slice=64M`,
+    '--vram', '1G', '--watchdog-ms', '20000', '--policy', 'band', '--engine', 'native', ...extra,
+  ];
 }
 
-const log = new ServerLog();
+/** Every generation of the test's server, in one log. */
+const log = new ServerLineage();
 
 async function keeperStatus(): Promise<{ pid: number; server: number | null; standby: number | null; keys: string[] }> {
-  const k = KeeperClient.tryConnect(path.join(dir, 'keeper.sock'));
-  if (!k) throw new Error('no keeper');
-  try {
-    await k.hello('control');
-    return await k.status();
-  } finally {
-    k.close();
-  }
+  const st = await KeeperClient.statusAt(path.join(dir, 'keeper.sock'));
+  if (!st) throw new Error('no keeper');
+  return st;
 }
 
 /** The keeper's copy of an fd, opened through /proc (root): its link name identifies it. */
@@ -236,7 +194,7 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
     manifest = loadManifest();
     expect(manifest.guestFiles, 'guest image lacks the suite: run npm run setup').toContain(SUITE);
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-restart-'));
-    log.start();
+    log.start(serveArgs());
     await log.waitFor((r) => r.msg === 'restartable serving: fds held outside the process', 0, 120_000);
     // Canary: a pattern in the canary VM's VRAM slice (it has no guest); restarts must not touch it.
     const slice = (await log.waitFor((r) => r.msg === 'vgpu attached' && r.vm === 'canary', 0, 1000)).sliceBase as number;
@@ -373,7 +331,7 @@ describe('restart: guests survive SIGKILL and live upgrade of vugpu serve', () =
     process.kill(st.standby!, 'SIGKILL');
     process.kill(st.server!, 'SIGKILL');
     await sleep(200);
-    log.start();
+    log.start(serveArgs());
     const r = await log.waitFor((x) => x.event === 'restart-adopted', from, 60_000);
     console.log('cold restart', { pauseMs: r.pauseMs, restoreMs: r.restoreMs, lost: r.lostChannels });
     const run = await fv;

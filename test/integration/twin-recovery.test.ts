@@ -63,16 +63,11 @@ const records = (out: string[], kind: string): Record<string, unknown>[] =>
 
 /** End the fd keeper of a state directory if one still answers (it outlives a killed server). */
 async function stopKeeper(socket: string): Promise<void> {
-  const k = KeeperClient.tryConnect(socket);
-  if (!k) return;
   let pid = 0;
   try {
-    await k.hello('control');
-    pid = (await k.status()).pid;
+    pid = (await KeeperClient.statusAt(socket))?.pid ?? 0;
   } catch {
     // gone meanwhile
-  } finally {
-    k.close();
   }
   if (pid > 0) {
     try {
