@@ -2,16 +2,21 @@
 // QEMU: the same unmodified node-llama-cpp build (its prebuilt Vulkan backend) on the host's own
 // Vulkan device, and in a host process whose only Vulkan driver is vugpu's (guest/vulkan,
 // libvulkan_vugpu.so over vfio-user: the native twin of a guest's application layer) against
-// `vugpu serve --engine vulkan` in fv.
+// `vugpu serve --engine vulkan` in fv; with --sides …,guest also in an fv QEMU guest (TCG here:
+// the application layer, guest/vkapp/vkapp.sh `worker`, through the kernel driver) on a VM of its
+// own of the same server (npm run bench:vulkan).
 //
 // Per model shape (q8_0, seeded random weights, bench/lib/gguf.ts):
 //   one tenant   one native worker and one vugpu worker (one VM), each warmed up once, then
 //                --rounds rounds interleaved (the order alternates): prompt tokens/s over a
 //                --prompt-tokens prompt, generation tokens/s over --tokens greedy tokens; token
-//                ids must be identical on both sides and in every round;
-//   counts       then, on the same server, an untimed vugpu worker with the driver's dispatch log (VUGPU_VK_DEBUG=2):
-//                dispatches and submissions (the server's doorbells, /metrics.json) for the
-//                prompt and per generated token;
+//                ids must be identical on every side and in every round; the guest (one llama.cpp
+//                process for the whole run, its requests on the guest's second serial port)
+//                takes its turn in the same rounds, on a second VM of the same server;
+//   counts       then, on the same server, the guest's dispatches (the engine's
+//                program_dispatches_total) and submissions (its VM's doorbells) for the prompt
+//                and per generated token, and an untimed vugpu worker with the driver's dispatch
+//                log (VUGPU_VK_DEBUG=2) for the same counts of the twin;
 //   tenants      --tenants native workers generating at once against as many vugpu workers
 //                (one fv VM each, one server), rounds interleaved: aggregate tokens/s.
 // Workers are guest/vkapp/llama-worker.ts processes (model loaded once, pipelines created in the
@@ -19,23 +24,30 @@
 // device, lavapipe or h200) after every phase, so a run cut short still leaves what it measured.
 //
 //   node bench/llama.ts [--quick] [--shapes 135m,1b] [--prompt-tokens 512] [--tokens 128]
-//                       [--rounds 3] [--tenants 8] [--sides native,vugpu] [--type q8_0]
+//                       [--rounds 3] [--tenants 8] [--sides native,vugpu[,guest]] [--type q8_0]
 //                       [--modules DIR] [--model-dir DIR] [--native-icd FILE] [--icd FILE]
 //                       [--deadline-s S] [--timeout-s S] [--ready-timeout-s S]
 //                       [--flash-attention auto|on|off]
-//                       [--watchdog-ms N] [--device NAME] [--out NAME]
+//                       [--watchdog-ms N] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
 // --quick: the tiny shape, a 64-token prompt, 16 tokens (this 2-core host with lavapipe).
+// The guest side runs the application image's model (/opt/models/tiny.gguf: shape tiny, f32,
+// seed 1, the same writer), so it takes --shapes tiny --type f32, and the tenants phase leaves it
+// out (one TCG guest is what this host affords). It needs `npm run setup` (QEMU, the image).
+//   npm run bench:vulkan = --quick --type f32 --sides native,vugpu,guest --tenants 0 --rounds 5 --out vulkan
 // From the offline bundle (bench/gpu-host-llama.sh) node-llama-cpp is its llama/ and the driver
 // its twin/vulkan/; in a checkout they come from scripts/llama-deps.sh and `make -C guest/vulkan`.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startServer, type ServerProcess } from '../src/vm/server-process.ts';
 import { vulkanDevices } from '../src/gpu/vulkan.ts';
 import { LineSplitter } from '../src/vm/console.ts';
-import { freePort, median, outVariant, repoRoot, resultDevice, spread, textTable, writeBenchResult } from './lib/common.ts';
+import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
+import { loadManifest } from '../src/vm/manifest.ts';
+import { environment, freePort, median, outVariant, repoRoot, resultDevice, spread, textTable, writeBenchResult } from './lib/common.ts';
 import { SHAPES, type WeightType } from './lib/gguf.ts';
 
 const BENCH = 'llama';
@@ -58,6 +70,7 @@ try {
       'deadline-s': { type: 'string' }, 'timeout-s': { type: 'string', default: '600' }, 'flash-attention': { type: 'string' },
       device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
       'watchdog-ms': { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
+      'guest-ready-timeout-s': { type: 'string', default: '900' },
     },
   }).values;
 } catch (e) {
@@ -85,10 +98,19 @@ const timeoutMs = int('timeout-s', 600) * 1000;
 // hangs while loading costs this much, not a whole request's timeout
 const readyTimeoutMs = int('ready-timeout-s', 180) * 1000;
 const deadlineS = str('deadline-s') === undefined ? Infinity : int('deadline-s', 0);
-const sides = str('sides')!.split(',').filter(Boolean);
-for (const s of sides) if (s !== 'native' && s !== 'vugpu') usage(`--sides takes native and/or vugpu, not ${s}`);
+type Side = 'native' | 'vugpu' | 'guest';
+const SIDES: readonly Side[] = ['native', 'vugpu', 'guest'];
+const sides = str('sides')!.split(',').filter(Boolean) as Side[];
+for (const s of sides) if (!SIDES.includes(s)) usage(`--sides takes native, vugpu and/or guest, not ${s}`);
 const flash = str('flash-attention');
 if (flash !== undefined && !['auto', 'on', 'off'].includes(flash)) usage(`--flash-attention takes auto, on or off, not ${flash}`);
+// the guest's worker loads the application image's model with the worker's own defaults
+if (sides.includes('guest') && (shapes.join() !== 'tiny' || wtype !== 'f32')) {
+  usage('--sides guest runs the application image\'s model: give --shapes tiny --type f32 (--quick --type f32)');
+}
+if (sides.includes('guest') && flash !== undefined) usage('--flash-attention does not reach the guest\'s worker: leave it out with --sides guest');
+// booting a TCG guest, starting Node and loading the model in it is far slower than on the host
+const guestReadyTimeoutMs = int('guest-ready-timeout-s', 900) * 1000;
 for (const s of shapes) {
   if (promptTokens + genTokens > SHAPES[s]!.context) usage(`--prompt-tokens + --tokens (${promptTokens + genTokens}) exceed shape ${s}'s context of ${SHAPES[s]!.context}`);
 }
@@ -180,7 +202,16 @@ interface Gen { tokens: number[]; promptMs: number; genMs: number }
 
 const children = new Set<ChildProcess>();
 
-class Worker {
+/** One llama.cpp process that generates on request: on the host, or in a guest. */
+interface LlamaWorker {
+  readonly name: string;
+  readonly device: string;
+  ready(): Promise<void>;
+  run(prompt: number[], tokens: number, marked?: boolean): Promise<Gen>;
+  close(): Promise<void>;
+}
+
+class Worker implements LlamaWorker {
   readonly child: ChildProcess;
   readonly stderr: string[] = [];
   device = '';
@@ -191,11 +222,13 @@ class Worker {
   private dead: Error | null = null;
   /** Lines of the driver's dispatch log seen so far (VUGPU_VK_DEBUG=2). */
   dispatchLines = 0;
+  readonly logsDispatches: boolean;
 
   readonly name: string;
 
   constructor(name: string, modules: string, model: string, env: Record<string, string>, ctx: number) {
     this.name = name;
+    this.logsDispatches = env.VUGPU_VK_DEBUG === '2';
     const args = [path.join(repoRoot, 'guest/vkapp/llama-worker.ts'), '--modules', modules, '--model', model, '--ctx', String(ctx), '--batch', '512'];
     if (flash) args.push('--flash-attention', flash);
     this.child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -272,6 +305,72 @@ class Worker {
   }
 }
 
+const VKAPP = '/opt/vugpu/vkapp.sh';
+
+/**
+ * guest/vkapp/llama-worker.ts in an fv guest (vkapp.sh `worker`): the model loaded once, requests
+ * on the guest's second serial port (a socket here), answers as VUGPU-LLAMA_WORKER console
+ * records. Its times are the guest's own clock around the generation, as on the host.
+ */
+class GuestWorker implements LlamaWorker {
+  readonly name: string;
+  device = '';
+  readonly vm: GuestVm;
+  private readonly ctl: string;
+  private conn: net.Socket | null = null;
+  private nextId = 1;
+
+  constructor(name: string, socket: string, ctx: number, dir: string) {
+    this.name = name;
+    this.ctl = path.join(dir, `${name}-ctl.sock`);
+    this.vm = bootGuest({
+      manifest: loadManifest(), sockets: [socket], appImage: true, memoryMiB: 1024,
+      // the guest lives for the whole phase; the bench's own timeouts bound each step in it
+      timeoutMs: Number.isFinite(deadlineS) ? Math.max(60, timeLeftS()) * 1000 : 4 * 3600_000,
+      run: VKAPP, args: ['worker', 'tiny', 'vulkan', String(ctx)],
+      qemuArgs: ['-chardev', `socket,id=vgctl,path=${this.ctl},server=on,wait=off`, '-serial', 'chardev:vgctl'],
+    });
+  }
+
+  private context(): string {
+    return this.vm.console.filter((l) => !/^\s*$/.test(l)).slice(-30).join('\n');
+  }
+
+  async ready(): Promise<void> {
+    if (this.device) return;
+    const rec = await withTimeout(this.vm.waitFor((r) => r.kind === 'LLAMA_WORKER' || r.kind === 'ERROR'),
+      guestReadyTimeoutMs, `${this.name}: not ready`).catch((e: Error) => {
+      e.message += `\n${this.context()}`;
+      throw e;
+    });
+    if (rec.kind !== 'LLAMA_WORKER' || rec.data.ready !== true) throw new Error(`${this.name}: ${JSON.stringify(rec.data)}\n${this.context()}`);
+    const conn = net.connect(this.ctl);
+    await new Promise<void>((resolve, reject) => conn.once('connect', resolve).once('error', reject));
+    this.conn = conn;
+    this.device = String(rec.data.device ?? '');
+  }
+
+  async run(prompt: number[], tokens: number): Promise<Gen> {
+    if (!this.conn) throw new Error(`${this.name}: not ready`);
+    const id = this.nextId++;
+    this.conn.write(`${JSON.stringify({ id, prompt, tokens })}\n`);
+    const r = await withTimeout(this.vm.waitFor((x) => (x.kind === 'LLAMA_WORKER' && x.data.id === id) || x.kind === 'VM_EXITED'),
+      timeoutMs, `${this.name}: request ${id}`);
+    if (r.kind !== 'LLAMA_WORKER') throw new Error(`${this.name}: the guest exited\n${this.context()}`);
+    if (r.data.error) throw new Error(`${this.name}: ${String(r.data.error)}\n${this.context()}`);
+    return { tokens: r.data.tokens as number[], promptMs: r.data.promptMs as number, genMs: r.data.genMs as number };
+  }
+
+  async close(): Promise<void> {
+    // ^D on the request port: the worker's input ends, it exits, the guest powers off
+    this.conn?.end('\x04');
+    const t = setTimeout(() => this.vm.killNow('SIGKILL'), 60_000);
+    await this.vm.done;
+    clearTimeout(t);
+    this.conn?.destroy();
+  }
+}
+
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
   return Promise.race([
@@ -284,6 +383,9 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 
 let metricsPort = 0;
 
+/** The server's name of VM i of serve(): the --socket VM is vm0 (serve's default), the rest t<i>. */
+const vmName = (i: number): string => (i === 0 ? 'vm0' : `t${i}`);
+
 async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ server: ServerProcess; sockets: string[] }> {
   const sockets = Array.from({ length: vms }, (_, i) => path.join(dir, `t${i}.sock`));
   metricsPort = await freePort();
@@ -292,7 +394,7 @@ async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ serv
   const vram = Math.ceil((vms * sliceMiB * 9) / 8);
   const args = ['--engine', 'vulkan', '--vram', `${vram}M`, '--metrics-port', String(metricsPort), '--mode', 'fv'];
   if (watchdogMs !== undefined) args.push('--watchdog-ms', String(watchdogMs));
-  for (let i = 1; i < vms; i++) args.push('--vm', `name=t${i},socket=${sockets[i]},mode=fv`);
+  for (let i = 1; i < vms; i++) args.push('--vm', `name=${vmName(i)},socket=${sockets[i]},mode=fv`);
   const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000 });
   const end = performance.now() + 30_000;
   while (!sockets.every((s) => fs.existsSync(s))) {
@@ -317,47 +419,59 @@ const r3 = (x: number) => (Number.isFinite(x) ? +x.toFixed(3) : null);
 const sliceFor = (shape: string): number => ({ tiny: 256, '135m': 1024, '1b': 4096 })[shape] ?? 4096;
 const ctxFor = (): number => 2 ** Math.ceil(Math.log2(promptTokens + genTokens));
 
-interface SideRound { promptTps: number; genTps: number; promptMs: number; genMs: number }
+/** A round of one side: tokens/s by the worker's own clock (a guest's clock for the guest), and
+ *  the request's time on this host's clock (the worker's I/O included: for the guest, its serial
+ *  port and console), which checks a guest clock that would run slow or fast. */
+interface SideRound { promptTps: number; genTps: number; promptMs: number; genMs: number; requestMs: number }
 
 function summarize(rs: SideRound[]) {
   return {
     promptTps: r3(median(rs.map((r) => r.promptTps))), genTps: r3(median(rs.map((r) => r.genTps))),
-    rounds: rs.map((r) => ({ promptTps: r3(r.promptTps), genTps: r3(r.genTps) })),
+    workerMs: r3(median(rs.map((r) => r.promptMs + r.genMs))), requestMs: r3(median(rs.map((r) => r.requestMs))),
+    rounds: rs.map((r) => ({ promptTps: r3(r.promptTps), genTps: r3(r.genTps), workerMs: r3(r.promptMs + r.genMs), requestMs: r3(r.requestMs) })),
   };
 }
 
 async function oneTenant(shape: string, model: string, modules: string, icd: string, native: string, tmp: string,
-  countsInto: Record<string, unknown>) {
+  countsInto: Record<string, unknown>, guestCountsInto: Record<string, unknown>) {
   const vocab = SHAPES[shape]!.vocab;
   const prompt = promptIds(promptTokens, vocab);
   const res: Record<string, unknown> = { shape, promptTokens, genTokens, rounds };
-  const workers: Worker[] = [];
+  const workers: LlamaWorker[] = [];
   let srv: ServerProcess | undefined;
-  let socket = '';
+  // the VMs of the one server: the twin's first, then the guest's
+  const vms: Partial<Record<Side, { socket: string; name: string }>> = {};
   try {
-    const w: Partial<Record<'native' | 'vugpu', Worker>> = {};
-    if (sides.includes('vugpu')) {
-      const s = await serve(tmp, 1, sliceFor(shape));
+    const w: Partial<Record<Side, LlamaWorker>> = {};
+    const onServer = SIDES.filter((k) => k !== 'native' && sides.includes(k));
+    if (onServer.length) {
+      const s = await serve(tmp, onServer.length, sliceFor(shape));
       srv = s.server;
-      socket = s.sockets[0]!;
-      w.vugpu = new Worker('vugpu', modules, model, twinEnv(icd, s.sockets[0]!), ctxFor());
-      workers.push(w.vugpu);
+      onServer.forEach((k, i) => (vms[k] = { socket: s.sockets[i]!, name: vmName(i) }));
     }
-    if (sides.includes('native')) {
-      w.native = new Worker('native', modules, model, nativeEnv(native), ctxFor());
-      workers.push(w.native);
+    // in SIDES order, so the rounds go native, twin, guest (and back)
+    for (const k of SIDES.filter((x) => sides.includes(x))) {
+      if (k === 'native') w.native = new Worker('native', modules, model, nativeEnv(native), ctxFor());
+      else if (k === 'vugpu') w.vugpu = new Worker('vugpu', modules, model, twinEnv(icd, vms.vugpu!.socket), ctxFor());
+      else {
+        const g = new GuestWorker('guest', vms.guest!.socket, ctxFor(), tmp);
+        res.guestEnvironment = environment(g.vm.manifest, g.vm.accel);
+        w.guest = g;
+      }
+      workers.push(w[k]!);
     }
-    // A side that fails is dropped (its error kept): the other side's numbers still count.
+    // A side that fails is dropped (its error kept): the other sides' numbers still count.
     const sideErrors: Record<string, string> = {};
     const drop = async (k: string, e: unknown) => {
-      sideErrors[k] = (await serverDied(e as Error, k === 'vugpu' ? srv : undefined)).message.slice(0, 4000);
+      sideErrors[k] = (await serverDied(e as Error, k === 'native' ? undefined : srv)).message.slice(0, 4000);
       log(`${shape} ${k}: failed, dropped: ${sideErrors[k]!.split('\n')[0]}`);
-      delete w[k as 'native' | 'vugpu'];
+      delete w[k as Side];
     };
     res.sideErrors = sideErrors;
     const ready = await Promise.allSettled(Object.values(w).map((x) => x!.ready()));
     for (const [i, k] of Object.keys(w).entries()) if (ready[i]!.status === 'rejected') await drop(k, (ready[i] as PromiseRejectedResult).reason);
     res.devices = Object.fromEntries(Object.entries(w).map(([k, x]) => [k, x!.device]));
+    if (w.guest) log(`${shape} guest: ready (${res.devices && (res.devices as Record<string, string>).guest})`);
     // warm-up: pipeline creation and first-use allocations happen here
     const ref: Record<string, number[]> = {};
     for (const [k, x] of Object.entries(w)) {
@@ -370,38 +484,59 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
       }
     }
     if (Object.keys(w).length === 0) throw new Error(Object.entries(sideErrors).map(([k, e]) => `${k}: ${e}`).join('\n'));
-    const per: Record<string, SideRound[]> = { native: [], vugpu: [] };
+    const per: Record<Side, SideRound[]> = { native: [], vugpu: [], guest: [] };
     let same = true;
     for (let r = 0; r < rounds; r++) {
-      const order = Object.keys(w);
+      const order = Object.keys(w) as Side[];
       if (r % 2) order.reverse();
       for (const k of order) {
         try {
-          const g = await w[k as 'native' | 'vugpu']!.run(prompt, genTokens);
+          const t = performance.now();
+          const g = await w[k]!.run(prompt, genTokens);
+          const requestMs = performance.now() - t;
           if (g.tokens.join() !== ref[k]!.join()) same = false;
-          per[k]!.push({ promptMs: g.promptMs, genMs: g.genMs, promptTps: tps(promptTokens, g.promptMs), genTps: tps(genTokens - 1, g.genMs) });
+          per[k].push({ promptMs: g.promptMs, genMs: g.genMs, promptTps: tps(promptTokens, g.promptMs), genTps: tps(genTokens - 1, g.genMs), requestMs });
         } catch (e) {
           await drop(k, e);
         }
       }
     }
-    for (const k of ['native', 'vugpu']) if (per[k]!.length) res[k] = summarize(per[k]!);
+    log(`${shape}: ${rounds} rounds done`);
+    for (const k of SIDES) if (per[k].length) res[k] = summarize(per[k]);
     res.tokensRepeatable = same;
-    if (ref.native && ref.vugpu && per.native!.length === rounds && per.vugpu!.length === rounds) {
-      const n = ref.native, v = ref.vugpu;
-      const firstDiff = n.findIndex((t, i) => t !== v[i]);
-      res.tokensIdentical = firstDiff < 0 && n.length === v.length;
-      if (firstDiff >= 0) res.firstDifference = { index: firstDiff, native: n.slice(firstDiff, firstDiff + 8), vugpu: v.slice(firstDiff, firstDiff + 8) };
-      const ratio = (f: 'promptTps' | 'genTps') => spread(per.native!.map((x, i) => per.vugpu![i]![f] / x[f]));
-      res.ratio = { prompt: ratio('promptTps'), gen: ratio('genTps') };
+    // every side that ran every round against the first such side (native where it did)
+    const full = SIDES.filter((k) => ref[k] && per[k].length === rounds);
+    if (full.length > 1) {
+      const base = full[0]!, b = ref[base]!;
+      res.tokensIdentical = full.every((k) => ref[k]!.join() === b.join());
+      const diffs: Record<string, unknown> = {};
+      for (const k of full.slice(1)) {
+        const v = ref[k]!;
+        const i = b.findIndex((t, j) => t !== v[j]);
+        if (i >= 0 || v.length !== b.length) diffs[k] = { against: base, index: i, [base]: b.slice(i, i + 8), [k]: v.slice(i, i + 8) };
+      }
+      if (Object.keys(diffs).length) res.firstDifference = diffs;
+      const ratio = (k: Side, f: 'promptTps' | 'genTps') => spread(per.native.map((x, i) => per[k][i]![f] / x[f]));
+      if (full.includes('native') && full.includes('vugpu')) res.ratio = { prompt: ratio('vugpu', 'promptTps'), gen: ratio('vugpu', 'genTps') };
+      if (full.includes('native') && full.includes('guest')) res.guestRatio = { prompt: ratio('guest', 'promptTps'), gen: ratio('guest', 'genTps') };
     }
-    res.tokens = ref.native ?? ref.vugpu;
+    res.tokens = ref.native ?? ref.vugpu ?? ref.guest;
+    if (w.guest && !sideErrors.guest) {
+      // the guest's counts from the server's counters while the other sides are idle
+      log(`${shape}: guest counts…`);
+      try {
+        guestCountsInto[shape] = await countsOf(shape, w.guest, vms.guest!.name);
+      } catch (e) {
+        guestCountsInto[shape] = { error: (e as Error).message.slice(0, 4000) };
+      }
+      await w.guest.close();
+    }
     if (w.vugpu && !sideErrors.vugpu) {
       // the counts on the same server (its programs are prepared already), the timed worker gone
       await w.vugpu.close();
       log(`${shape}: counts…`);
       try {
-        countsInto[shape] = await counts(shape, model, modules, icd, socket);
+        countsInto[shape] = await counts(shape, model, modules, icd, vms.vugpu!);
       } catch (e) {
         countsInto[shape] = { error: (e as Error).message.slice(0, 4000) };
       }
@@ -428,35 +563,43 @@ async function enginePath(): Promise<Record<string, number>> {
   return out;
 }
 
-/** Dispatches (the driver's log) and submissions (the server's doorbells) for the prompt and
- *  per generated token: a prompt-only request and one of 1 + countTokens tokens, differenced;
- *  with the engine's launch-path phases, staged bytes and imports per token. */
-async function counts(shape: string, model: string, modules: string, icd: string, socket: string) {
-  const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
-  const w = new Worker('vugpu-count', modules, model, { ...twinEnv(icd, socket), VUGPU_VK_DEBUG: '2' }, ctxFor());
+/** The twin's counts: an untimed worker with the driver's dispatch log (VUGPU_VK_DEBUG=2) on the
+ *  same VM, warmed up, then countsOf. */
+async function counts(shape: string, model: string, modules: string, icd: string, vm: { socket: string; name: string }) {
+  const w = new Worker('vugpu-count', modules, model, { ...twinEnv(icd, vm.socket), VUGPU_VK_DEBUG: '2' }, ctxFor());
   try {
     await w.ready();
-    await w.run(prompt, 2, true); // warm-up
-    const measure = async (tokens: number) => {
-      const d0 = w.dispatchLines, c0 = (await vmCounters()).get('vm0')!, e0 = await enginePath();
-      await w.run(prompt, tokens, true);
-      const c1 = (await vmCounters()).get('vm0')!, e1 = await enginePath();
-      const engine = Object.fromEntries(Object.keys(e1).map((k) => [k, e1[k]! - (e0[k] ?? 0)]));
-      return { dispatches: w.dispatchLines - d0, doorbells: c1.doorbells - c0.doorbells, submissions: c1.dispatches - c0.dispatches, engine };
-    };
-    const a = await measure(1);
-    const b = await measure(1 + countTokens);
-    const per = (k: 'dispatches' | 'doorbells' | 'submissions') => r3((b[k] - a[k]) / countTokens);
-    const enginePerToken = Object.fromEntries(Object.keys(b.engine).map((k) => [k, r3((b.engine[k]! - (a.engine[k] ?? 0)) / countTokens)]));
-    return {
-      shape, promptTokens, countTokens,
-      prompt: a,
-      perToken: { dispatches: per('dispatches'), doorbells: per('doorbells'), submissions: per('submissions'), engine: enginePerToken },
-      note: 'dispatches: vkCmdDispatch executed by the vugpu driver (VUGPU_VK_DEBUG=2 log); doorbells and submissions: the VM\'s doorbells_total and the scheduler\'s submissions handed to the engine (serve /metrics.json); prompt: a prompt-only request (first token included)',
-    };
+    await w.run(promptIds(promptTokens, SHAPES[shape]!.vocab), 2, true); // warm-up
+    return await countsOf(shape, w, vm.name);
   } finally {
     await w.close();
   }
+}
+
+/** Dispatches and submissions for the prompt and per generated token of a warm worker alone on
+ *  the server: a prompt-only request and one of 1 + countTokens tokens, differenced; with the
+ *  engine's launch-path phases, staged bytes, imports and dispatches (program_dispatches_total)
+ *  per token. The driver's own count of vkCmdDispatch where the worker logs it (the twin's). */
+async function countsOf(shape: string, w: LlamaWorker, vm: string) {
+  const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
+  const logged = w instanceof Worker && w.logsDispatches ? w : undefined;
+  const measure = async (tokens: number) => {
+    const d0 = logged?.dispatchLines ?? 0, c0 = (await vmCounters()).get(vm)!, e0 = await enginePath();
+    await w.run(prompt, tokens, true);
+    const c1 = (await vmCounters()).get(vm)!, e1 = await enginePath();
+    const engine = Object.fromEntries(Object.keys(e1).map((k) => [k, e1[k]! - (e0[k] ?? 0)]));
+    return { dispatches: logged ? logged.dispatchLines - d0 : NaN, doorbells: c1.doorbells - c0.doorbells, submissions: c1.dispatches - c0.dispatches, engine };
+  };
+  const a = await measure(1);
+  const b = await measure(1 + countTokens);
+  const per = (k: 'dispatches' | 'doorbells' | 'submissions') => r3((b[k] - a[k]) / countTokens);
+  const enginePerToken = Object.fromEntries(Object.keys(b.engine).map((k) => [k, r3((b.engine[k]! - (a.engine[k] ?? 0)) / countTokens)]));
+  return {
+    shape, promptTokens, countTokens, vm,
+    prompt: { ...a, dispatches: r3(a.dispatches) },
+    perToken: { dispatches: per('dispatches'), doorbells: per('doorbells'), submissions: per('submissions'), engine: enginePerToken },
+    note: `dispatches: ${logged ? 'vkCmdDispatch executed by the vugpu driver (VUGPU_VK_DEBUG=2 log)' : 'null (no driver log here: see engine.engineDispatches)'}; engine.engineDispatches: the engine's program_dispatches_total (a built-in launch with a plan may be several); doorbells and submissions: the VM's doorbells_total and the scheduler's submissions handed to the engine (serve /metrics.json); prompt: a prompt-only request (first token included)`,
+  };
 }
 
 async function manyTenants(shape: string, model: string, modules: string, icd: string, native: string, tmp: string, ref: number[] | undefined,
@@ -573,8 +716,10 @@ async function main(): Promise<number> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-'));
   const result: Record<string, unknown> = {
     complete: false,
-    config: { watchdogMs: watchdogMs ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version },
-    oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, tenants: {} as Record<string, unknown>,
+    config: { watchdogMs: watchdogMs ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
+      loadAvgAtStart: os.loadavg().map((x) => +x.toFixed(2)) },
+    oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, guestCounts: {} as Record<string, unknown>,
+    tenants: {} as Record<string, unknown>,
     skipped: [] as string[], errors: [] as string[],
   };
   // the result's name: the host's Vulkan device as the server sees it (lavapipe, h200, …)
@@ -615,13 +760,15 @@ async function main(): Promise<number> {
       failed = true;
       continue;
     }
-    const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp, result.counts as Record<string, unknown>), result.oneTenant as Record<string, unknown>, shape);
+    const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp, result.counts as Record<string, unknown>,
+      result.guestCounts as Record<string, unknown>), result.oneTenant as Record<string, unknown>, shape);
     if (!one || one.tokensIdentical === false || Object.keys(one.sideErrors as object).length) failed = true;
     if (tenants > 0) {
       // a side that failed alone is not tried eight times over
       const oneFailed = Object.keys((one?.sideErrors as object | undefined) ?? {});
-      const useSides = sides.filter((sd) => !oneFailed.includes(sd));
-      for (const sd of oneFailed) (result.skipped as string[]).push(`${shape}: ${tenants} tenants, ${sd}: it failed with one tenant`);
+      // one TCG guest is what this host affords: the guest side is not multiplied
+      const useSides = sides.filter((sd) => sd !== 'guest' && !oneFailed.includes(sd));
+      for (const sd of oneFailed.filter((x) => x !== 'guest')) (result.skipped as string[]).push(`${shape}: ${tenants} tenants, ${sd}: it failed with one tenant`);
       const many = useSides.length === 0 ? undefined : await phase(`${shape}: ${tenants} tenants`, 60,
         () => manyTenants(shape, model, modules, icd, native, tmp, one?.tokens as number[] | undefined, useSides), result.tenants as Record<string, unknown>, shape);
       if (!many || (many.streams as { wrong: number }).wrong > 0 || Object.keys(many.sideErrors as object).length) failed = true;
@@ -631,16 +778,24 @@ async function main(): Promise<number> {
   save();
   fs.rmSync(tmp, { recursive: true, force: true });
 
-  const rows = shapes.map((s) => {
-    const r = (result.oneTenant as Record<string, Record<string, { promptTps: number; genTps: number } | undefined>>)[s];
+  type SideRes = { promptTps: number; genTps: number } | undefined;
+  type Ratio = { prompt: { median: number } | null; gen: { median: number } | null } | undefined;
+  type Counted = { perToken?: { dispatches: number | null; doorbells: number; submissions: number; engine?: { engineDispatches?: number } } } | undefined;
+  const rows = shapes.flatMap((s) => {
+    const r = (result.oneTenant as Record<string, Record<string, unknown> | undefined>)[s];
     const m = (result.tenants as Record<string, Record<string, { genTpsSum: number } | undefined>>)[s];
-    const c = (result.counts as Record<string, { perToken?: { dispatches: number; doorbells: number } }>)[s];
-    const ratio = (r as { ratio?: { prompt: { median: number } | null; gen: { median: number } | null } } | undefined)?.ratio;
-    return [s, r?.native?.promptTps, r?.vugpu?.promptTps, ratio?.prompt?.median?.toFixed(3), r?.native?.genTps, r?.vugpu?.genTps, ratio?.gen?.median?.toFixed(3),
-      (r as { tokensIdentical?: boolean } | undefined)?.tokensIdentical === undefined ? '' : String((r as { tokensIdentical?: boolean }).tokensIdentical),
-      c?.perToken?.dispatches, c?.perToken?.doorbells, m?.native?.genTpsSum, m?.vugpu?.genTpsSum];
+    return sides.map((k) => {
+      const x = r?.[k] as SideRes;
+      const ratio = (k === 'vugpu' ? r?.ratio : k === 'guest' ? r?.guestRatio : undefined) as Ratio;
+      const c = (k === 'vugpu' ? (result.counts as Record<string, Counted>)[s] : k === 'guest' ? (result.guestCounts as Record<string, Counted>)[s] : undefined)?.perToken;
+      return [s, k, x?.promptTps, ratio?.prompt?.median?.toFixed(3), x?.genTps, ratio?.gen?.median?.toFixed(3),
+        r?.tokensIdentical === undefined ? '' : String(r.tokensIdentical),
+        c?.dispatches ?? '', c?.engine?.engineDispatches, c?.doorbells, c?.submissions, m?.[k]?.genTpsSum];
+    });
   });
-  console.log(textTable(['shape', 'prompt t/s native', 'vugpu', 'ratio', 'gen t/s native', 'vugpu', 'ratio', 'same ids', 'disp/tok', 'doorbells/tok', `${tenants}× gen native`, 'vugpu'], rows));
+  const head = ['shape', 'side', 'prompt t/s', '/native', 'gen t/s', '/native', 'same ids', 'disp/tok (driver)', 'engine disp/tok', 'doorbells/tok',
+    'submissions/tok', `${tenants}× gen t/s`];
+  console.log(textTable(tenants > 0 ? head : head.slice(0, -1), tenants > 0 ? rows : rows.map((x) => x.slice(0, -1))));
   return failed || !result.complete ? 1 : 0;
 }
 

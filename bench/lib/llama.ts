@@ -1,7 +1,8 @@
 // llama.cpp runs for the guest Vulkan driver's checks and benchmark: on the host (the CPU backend
 // and the host's own Vulkan device, the references), in the native twin (the vugpu ICD in a host
 // process over vfio-user) and in a guest (guest/vkapp/vkapp.sh). Every run is guest/vkapp/
-// llama-run.ts, so all of them load the same model through the same unmodified node-llama-cpp.
+// llama-run.ts or llama-worker.ts, so all of them load the same model through the same unmodified
+// node-llama-cpp.
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -79,6 +80,33 @@ export function runLlama(o: RunOptions): Promise<LlamaRun> {
       const line = out.trim().split('\n').pop() ?? '';
       if (code === 0 && line.startsWith('{')) resolve(JSON.parse(line) as LlamaRun);
       else reject(new Error(`llama-run (${o.gpu}) failed: exit ${code ?? signal}\n${err.slice(-3000)}${out.slice(-1000)}`));
+    });
+  });
+}
+
+/**
+ * One greedy generation by guest/vkapp/llama-worker.ts on this host, its prompt given as token
+ * ids: the reference for a guest's worker (vkapp.sh `worker`) fed the same ids. Rejects with the
+ * worker's output when it fails.
+ */
+export function workerTokens(o: { modules: string; model: string; gpu: 'vulkan' | 'cpu'; prompt: number[]; tokens: number; ctx?: number;
+  env?: Record<string, string>; timeoutMs?: number }): Promise<number[]> {
+  const args = [path.join(repoRoot, 'guest/vkapp/llama-worker.ts'), '--modules', o.modules, '--model', o.model, '--gpu', o.gpu, '--ctx', String(o.ctx ?? 256)];
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { env: { ...process.env, ...o.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    // the request waits in the pipe while the model loads; the end of input ends the worker
+    child.stdin.end(`${JSON.stringify({ id: 1, prompt: o.prompt, tokens: o.tokens })}\n`);
+    const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 300_000);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const line = out.split('\n').find((l) => l.startsWith('{"id":1,'));
+      const answer = line ? (JSON.parse(line) as { tokens?: number[]; error?: string }) : undefined;
+      if (code === 0 && answer?.tokens) resolve(answer.tokens);
+      else reject(new Error(`llama-worker (${o.gpu}) failed: exit ${code ?? signal}${answer?.error ? `: ${answer.error}` : ''}\n${err.slice(-3000)}${out.slice(-1000)}`));
     });
   });
 }
