@@ -316,6 +316,8 @@ export interface NativeAddon extends VulkanAddon {
   /** Ask a running or queued job to stop; kernels poll the flag in their outer loops. A queued
    * job completes with -ECANCELED and deviceNs 0 without running; unknown ids are ignored. */
   cancelJob(job: number): void;
+  /** The job's program stops once it has run afterNs on the device since its submission. */
+  preemptJob(id: number, afterNs: number): void;
   /** Drop the copy engine's cached mapping of fd's file (call when guest memory goes away, e.g.
    * DMA_UNMAP or disconnect, before closing the fd) so its pages can be freed; jobs in flight
    * keep their own reference.

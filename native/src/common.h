@@ -43,6 +43,9 @@ using PoolTask = std::function<int(const std::atomic<bool>& cancel, uint64_t* de
 // run it (pool.cc, "Ways": one per VM, so one VM's endless job never holds another's thread).
 uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus = 0, bool background = false,
                      uint32_t way = 0);
+// On a pool thread running a task: how long its program may run on the device since its
+// submission before it stops (0 = no limit; preemptJob sets it while the task runs or waits).
+uint64_t CurrentPreemptAfterNs();
 
 // ---- errors ----
 void ThrowTypeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -48,6 +48,9 @@ struct Job {
   bool isCopy = false;
   int setupStatus = 0;  // nonzero: complete with it without running
   std::atomic<bool> cancel{false};
+  // A program that has run this long on the device since its submission stops (0 = never): the
+  // engine's context switch asks for it while another VM waits (src/gpu/ctxsw.ts).
+  std::atomic<uint64_t> preemptAfterNs{0};
   // kernel
   uint32_t kernel = 0;
   std::vector<void*> bufs;
@@ -121,8 +124,15 @@ struct PhaseSums {
 PhaseSums g_phases[2];
 std::atomic<uint64_t> g_pollHits{0}, g_pollMisses{0};
 
+thread_local const std::atomic<uint64_t>* tl_preempt = nullptr;
+
 int RunJob(Job& job) {
-  if (job.task) return job.task(job.cancel, &job.taskNs);
+  if (job.task) {
+    tl_preempt = &job.preemptAfterNs;
+    const int st = job.task(job.cancel, &job.taskNs);
+    tl_preempt = nullptr;
+    return st;
+  }
   if (job.isCopy) return RunCopy(job.copy, job.cancel);
   KernelCtx ctx{job.bufs.data(),   job.lens.data(),   int(job.bufs.size()),
                 job.params.data(), job.params.size(), &job.cancel};
@@ -559,6 +569,20 @@ Napi::Value CancelJob(const Napi::CallbackInfo& info) {
   return env.Undefined();  // finished or unknown jobs: nothing to do
 }
 
+// preemptJob(id, afterNs): the job's program stops once it has run afterNs on the device (see
+// Job::preemptAfterNs); finished or unknown jobs: nothing to do.
+Napi::Value PreemptJob(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t id, after;
+  if (!ArgInt(info, 0, "job", 0, UINT32_MAX, &id) || !ArgInt(info, 1, "afterNs", 1, INT64_MAX, &after)) return env.Undefined();
+  Pool* pool = g_pool;
+  if (!pool) return env.Undefined();
+  std::lock_guard<std::mutex> lk(pool->mu);
+  auto it = pool->active.find(uint32_t(id));
+  if (it != pool->active.end()) it->second->preemptAfterNs.store(uint64_t(after), std::memory_order_relaxed);
+  return env.Undefined();
+}
+
 Napi::Value RunKernelSync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Job job;
@@ -608,6 +632,10 @@ Napi::Value HaveOpenBlas(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+uint64_t CurrentPreemptAfterNs() {
+  return tl_preempt ? tl_preempt->load(std::memory_order_relaxed) : 0;
+}
+
 uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus, bool background, uint32_t way) {
   Pool* pool = RunningPool(env, fn);
   if (!pool) return 0;
@@ -626,6 +654,7 @@ void RegisterPool(Napi::Env env, Napi::Object exports) {
   exports.Set("submitKernel", Napi::Function::New(env, SubmitKernel, "submitKernel"));
   exports.Set("submitCopy", Napi::Function::New(env, SubmitCopy, "submitCopy"));
   exports.Set("cancelJob", Napi::Function::New(env, CancelJob, "cancelJob"));
+  exports.Set("preemptJob", Napi::Function::New(env, PreemptJob, "preemptJob"));
   exports.Set("runKernelSync", Napi::Function::New(env, RunKernelSync, "runKernelSync"));
   exports.Set("forgetFd", Napi::Function::New(env, ForgetFd, "forgetFd"));
   exports.Set("sgemmDirect", Napi::Function::New(env, SgemmDirect, "sgemmDirect"));

@@ -96,9 +96,8 @@ export interface ChannelState {
   /** Whose work this channel runs (the aggregator's VM index + 1; 0 = the one owner of pt and
    * bare engines): compiled programs are cached per owner, never shared between owners. */
   owner: number;
-  /** ctxsw.ts: when the guest program in flight started (performance.now() ms), and whether the
-   * context switch has cut it for another owner (its completion then reports CTXSW_TIMEOUT). */
-  ctxswSince: number;
+  /** ctxsw.ts: the context switch asked the guest program in flight to stop after its timeslice
+   * for another owner (if it stops, its completion reports CTXSW_TIMEOUT). */
   ctxswCut: boolean;
 }
 
@@ -116,7 +115,7 @@ export function newChannel(chid: number): ChannelState {
       bufferCount: 0, buffers: new Array<number>(COMPUTE_MAX_BUFFERS * 4).fill(0),
       progHi: 0, progLo: 0, progLength: 0, progEntry: 0, specHi: 0, specLo: 0, specCount: 0,
     },
-    cursor: null, busy: false, busyNs: 0, deviceNs: 0, jobs: 0, job: -1, owner: 0, ctxswSince: 0, ctxswCut: false,
+    cursor: null, busy: false, busyNs: 0, deviceNs: 0, jobs: 0, job: -1, owner: 0, ctxswCut: false,
   };
 }
 

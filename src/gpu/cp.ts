@@ -514,6 +514,7 @@ export class CommandProcessor implements ClassContext {
     } else if (cut && r.status !== 0) {
       // The context switch stopped it for another owner (ctxsw.ts); one that completed anyway
       // keeps its results, as after a late watchdog.
+      if (this.ctxsw) this.ctxsw.cuts++;
       this.error(ch, CHAN_ERR.CTXSW_TIMEOUT);
     } else if (r.status === -ELOOP) {
       this.error(ch, CHAN_ERR.PROGRAM_LOOP_LIMIT);

@@ -8,9 +8,12 @@
 // seconds later. So on such a device the engine does the switch itself, as a host driver does
 // when a preempt times out, but with a bound it chooses: GPU jobs of different owners (VMs)
 // never overlap on the device (a second owner's job waits here, not on the GPU where it would
-// freeze the spinning context and itself), and a guest program that has run a timeslice while
-// another owner's job waits is stopped through its cancel word; its channel reports
-// CTXSW_TIMEOUT. Built-in kernels are the host's, bounded by their size: they are never cut.
+// freeze the spinning context and itself), and a guest program that has run a timeslice on the
+// device while another owner's job waits is stopped through its cancel word; its channel reports
+// CTXSW_TIMEOUT. The timeslice counts from the program's submission to the device, on the pool
+// thread (jobPool.preempt): time queued behind its own VM's jobs or staging its buffers is not
+// the device's, and a legitimate short program must not be cut for it. Built-in kernels are the
+// host's, bounded by their size: they are never cut.
 //
 // Jobs of the owner holding the device are admitted at once while nobody else waits, so the
 // common case is a compare and a counter; with others waiting, admission alternates owners in
@@ -24,11 +27,11 @@ export const GpuJob = { NONE: 0, BUILTIN: 1, PROGRAM: 2 } as const;
 export type GpuJob = (typeof GpuJob)[keyof typeof GpuJob];
 
 export interface ContextSwitchOptions {
-  /** How long a guest program may hold the device while another owner's job waits, ms. */
+  /** How long a guest program may run on the device while another owner's job waits, ms. */
   timesliceMs: number;
-  /** Stop a job in flight (its cancel word); the channel is flagged ctxswCut first. */
-  cancel(ch: ChannelState): void;
-  now?: () => number;
+  /** Ask the job in flight on `ch` to stop once it has run the timeslice on the device (the
+   * channel is flagged ctxswCut first: a stop then reports CTXSW_TIMEOUT). */
+  preempt(ch: ChannelState, timesliceMs: number): void;
 }
 
 interface Waiter {
@@ -38,21 +41,18 @@ interface Waiter {
 
 export class ContextSwitch {
   readonly timesliceMs: number;
-  /** Guest programs stopped for another owner (metrics, tests). */
+  /** Guest programs stopped for another owner (counted by the command processor). */
   cuts = 0;
   private holder = -1;
   private held = 0;
-  /** The holder's guest programs in flight; each channel's ctxswSince says since when. */
+  /** The holder's guest programs in flight. */
   private programs: ChannelState[] = [];
   private waiting: Waiter[] = [];
-  private timer: NodeJS.Timeout | null = null;
-  private readonly cancel: (ch: ChannelState) => void;
-  private readonly now: () => number;
+  private readonly preempt: (ch: ChannelState, timesliceMs: number) => void;
 
   constructor(opts: ContextSwitchOptions) {
     this.timesliceMs = opts.timesliceMs;
-    this.cancel = opts.cancel;
-    this.now = opts.now ?? (() => performance.now());
+    this.preempt = opts.preempt;
   }
 
   /** Run `run` now (true) or once the device is this owner's (false). `run` returns whether it
@@ -64,16 +64,15 @@ export class ContextSwitch {
       return true;
     }
     this.waiting.push({ owner, run });
-    this.arm();
+    for (const ch of this.programs) this.cut(ch);
     return false;
   }
 
   /** A job admitted by enter() is in flight on `ch`. */
   started(ch: ChannelState, kind: GpuJob): void {
     if (kind !== GpuJob.PROGRAM) return;
-    ch.ctxswSince = this.now();
     this.programs.push(ch);
-    if (this.waiting.length > 0) this.arm();
+    if (this.waiting.length > 0) this.cut(ch);
   }
 
   /** A job admitted by enter() ended (or never started). */
@@ -83,8 +82,6 @@ export class ContextSwitch {
     if (--this.held > 0) return;
     this.held = 0;
     this.holder = -1;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
     this.admit();
   }
 
@@ -106,30 +103,13 @@ export class ContextSwitch {
       }
       if (this.held === 0) this.holder = -1;
     }
-    if (this.waiting.length > 0) this.arm();
+    // Jobs still waiting (another owner's) bound the new holder's programs as well.
+    if (this.waiting.length > 0) for (const ch of this.programs) this.cut(ch);
   }
 
-  /** Cut the holder's programs once each has run its timeslice, while anyone waits. */
-  private arm(): void {
-    if (this.timer || this.programs.length === 0 || this.waiting.length === 0) return;
-    let since = Infinity;
-    for (const ch of this.programs) if (!ch.ctxswCut) since = Math.min(since, ch.ctxswSince);
-    if (since === Infinity) return; // all cut already: their completions come
-    const inMs = Math.max(0, since + this.timesliceMs - this.now());
-    this.timer = setTimeout(this.expire, inMs);
-    this.timer.unref();
+  private cut(ch: ChannelState): void {
+    if (ch.ctxswCut) return;
+    ch.ctxswCut = true;
+    this.preempt(ch, this.timesliceMs);
   }
-
-  private readonly expire = (): void => {
-    this.timer = null;
-    if (this.waiting.length === 0) return;
-    const now = this.now();
-    for (const ch of this.programs) {
-      if (ch.ctxswCut || now - ch.ctxswSince < this.timesliceMs) continue;
-      ch.ctxswCut = true;
-      this.cuts++;
-      this.cancel(ch);
-    }
-    this.arm();
-  };
 }

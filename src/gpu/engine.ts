@@ -119,8 +119,8 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
     if (opts.programs && timesliceMs > 0 && (opts.timesliceAlways || opts.programs.timesliced === false)) {
       this.cp.ctxsw = new ContextSwitch({
         timesliceMs,
-        cancel: (ch) => {
-          if (ch.job >= 0) jobPool.cancel(ch.job);
+        preempt: (ch, ms) => {
+          if (ch.job >= 0) jobPool.preempt(ch.job, ms);
         },
       });
     }

@@ -131,6 +131,12 @@ export const jobPool = {
     if (pending.has(id)) native.cancelJob(id);
   },
 
+  /** Stop the job's program once it has run `afterMs` on the device since its submission (the
+   * context switch, ctxsw.ts: time queued or staging does not count). */
+  preempt(id: number, afterMs: number): void {
+    if (pending.has(id)) native.preemptJob(id, Math.max(1, Math.round(afterMs * 1e6)));
+  },
+
   get inFlight(): number {
     return pending.size;
   },

@@ -11,6 +11,7 @@
 
 namespace vugpu::vk {
 
+using addon::CurrentPreemptAfterNs;
 using addon::NowNs;
 
 int LostHere(Context& c, const char* where) {
@@ -147,7 +148,10 @@ int WaitFence(Run& R, const std::atomic<bool>& cancel, bool* cancelled) {
     if (r == VK_SUCCESS) return 0;
     if (r == VK_TIMEOUT) {
       if (c.lost.load()) return -ENODEV;  // another job saw the loss (or the test hook simulated one)
-      if (!*cancelled && cancel.load(std::memory_order_relaxed)) {
+      // The cancel (watchdog, unbind), or the context switch's preempt once the program has run
+      // its timeslice on the device: time in the pool queue or staging does not count.
+      const uint64_t preempt = CurrentPreemptAfterNs();
+      if (!*cancelled && (cancel.load(std::memory_order_relaxed) || (preempt && NowNs() - R.submittedNs >= preempt))) {
         __atomic_store_n(&lane->controlWords[0], 1u, __ATOMIC_SEQ_CST);
         *cancelled = true;
       }
