@@ -729,11 +729,26 @@ struct vg_bo *vg_ctx_bo_find_vram(struct vg_ctx *c, u64 vram_addr, u64 size)
 	return NULL;
 }
 
+/* Wait until everything submitted so far has run; a failed channel is stopped instead. */
+static int retire_submitted(struct vg_ctx *c)
+{
+	struct vg_dev *d = c->dev;
+	int ret;
+
+	if (!c->bound || vg_ctx_seq_done(c, c->seq))
+		return 0;
+	ret = d->wait(c, c->seq, VG_WAIT_RETIRE_MS);
+	if (ret == -EFAULT || ret == -EIO)
+		ret = vg_chan_stop(d, (u32)c->chid); /* make sure nothing of it runs any more */
+	return ret;
+}
+
 int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo)
 {
 	struct vg_dev *d = c->dev;
 	struct vg_bo **pp;
-	int ret = 0;
+	u64 seq;
+	int ret;
 
 	if (bo->clear_pending) { /* never submitted: nothing saw it, nothing needs clearing */
 		vg_lock(d);
@@ -747,23 +762,27 @@ int vg_ctx_bo_free(struct vg_ctx *c, struct vg_bo *bo)
 		bo->clear_pending = false;
 		vg_unlock(d);
 	}
-	if (bo_unmap_free(c, bo) == 0) { /* idle: one call (PV 3) */
+	/*
+	 * Work submitted before the free may still use the buffer through its mapping — the
+	 * driver's own clear of it among that work, queued behind whatever the channel is busy
+	 * with even when its user never touched the buffer: it must run before the unmap (unmapped
+	 * first, that clear faulted, PTE not present). So wait first, then unmap.
+	 */
+	seq = c->seq;
+	ret = retire_submitted(c);
+	if (!ret && bo_unmap_free(c, bo) == 0) { /* idle: one call (PV 3) */
 		bo_unlink(c, bo);
 		vg_os_free(bo);
 		return 0;
 	}
 	bo_unmap(c, bo);
-	/* work submitted before the free may still use the pages: wait for it */
-	if (c->bound && !vg_ctx_seq_done(c, c->seq)) {
-		ret = d->wait(c, c->seq, VG_WAIT_RETIRE_MS);
-		if (ret == -EFAULT || ret == -EIO) {
-			/* failed channel: make sure nothing of it runs any more */
-			ret = vg_chan_stop(d, (u32)c->chid);
-		}
-		if (ret) {
-			bo->internal = true; /* retired with the context */
-			return ret;
-		}
+	/* the pages go back once nothing can reach them: work another thread submitted meanwhile
+	 * (kernel driver) faults from now on, and is waited for too */
+	if (!ret && c->seq != seq)
+		ret = retire_submitted(c);
+	if (ret) {
+		bo->internal = true; /* retired with the context */
+		return ret;
 	}
 	bo_unlink(c, bo);
 	bo_release(c, bo);

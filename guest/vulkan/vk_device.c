@@ -219,6 +219,9 @@ void vkv_FreeMemory(VkDevice device, VkDeviceMemory memory, const VkAllocationCa
 	(void)alloc;
 	if (!m)
 		return;
+	if (vkv_debug() > 1)
+		vkv_log("free memory type %u: %llu bytes at VA 0x%llx", m->type, (unsigned long long)m->size,
+			(unsigned long long)m->va);
 	pthread_mutex_lock(&vkv_lock);
 	if (m->type == VKV_MEM_TYPE_VRAM)
 		vgMemFree(d->ctx, m->va);
@@ -806,19 +809,9 @@ static VkResult create_pipeline(struct vkv_device *d, const VkComputePipelineCre
 	pthread_mutex_lock(&vkv_lock);
 	if (!s->prog) {
 		struct vkv_prog *pr = calloc(1, sizeof(*pr));
-		uint64_t seq = 0;
 
-		/*
-		 * A module is loaded while the device is idle. Loaded beside a running launch batch
-		 * (llama.cpp compiles pipelines on worker threads while the graph runs), the new
-		 * module's buffer sometimes faulted as not mapped when its deferred clear ran, losing
-		 * the device; not understood yet (docs/vulkan.md, Limits). A module loads once.
-		 */
-		r = pr ? vgFlushFence(d->ctx, &seq) : VG_ERROR_OUT_OF_MEMORY;
-		if (!r && vkv_wait_seq(d, seq, UINT64_MAX))
-			r = VG_ERROR_LAUNCH_FAILED;
-		if (!r)
-			r = vgProgramLoad(d->ctx, s->words, s->bytes, &pr->prog);
+		/* a module loads once, at its first pipeline; behind running work if there is any */
+		r = pr ? vgProgramLoad(d->ctx, s->words, s->bytes, &pr->prog) : VG_ERROR_OUT_OF_MEMORY;
 		if (r) {
 			free(pr);
 			pthread_mutex_unlock(&vkv_lock);
