@@ -310,6 +310,15 @@ static void scan_errors(struct vg_dev *d)
 			if (!(p & (1u << b)) || chid >= d->chan_count)
 				continue;
 			code = vg_rd(d, VG_PFIFO_CHAN_ERR(chid));
+			/*
+			 * No code: the chid was bound again since its error (binding clears the code,
+			 * not ERR_PENDING, which is the driver's to acknowledge). The error was its
+			 * previous context's — one that saw it by polling (the twin's waits do) and
+			 * is gone, or recovered — so it is not this context's, unless the channel is
+			 * in the error state right now.
+			 */
+			if (!code && !(vg_rd(d, VG_PFIFO_CHAN_STATE(chid)) & VG_STATE_ERROR))
+				continue;
 			info = vg_rd(d, VG_PFIFO_CHAN_ERR_INFO(chid));
 			/* the sub-reason exists only for BAD_PROGRAM: no extra trap for other errors */
 			if (code == VG_CERR_BAD_PROGRAM)
