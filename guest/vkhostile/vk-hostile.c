@@ -8,7 +8,11 @@
  * after each. One `VUGPU-CHECK {"check":"vk-…","ok":…,…}` line per attack says what the
  * application saw; `VUGPU-PHASE` lines mark the start and end. Exit status = failed checks.
  *
- *   vk-hostile [--only a:b:c] [--iters N]   the attacks (names below, without the vk- prefix)
+ *   vk-hostile [--only a:b:c] [--iters N] [--one-process]
+ *                                           the attacks (names below, without the vk- prefix);
+ *                                           --one-process leaves out what needs a second process
+ *                                           (the kill attack, the fresh-process run): the native
+ *                                           twin serves one process per VM socket
  *   vk-hostile clean                        a clean compute run in a fresh process (one check)
  *   vk-hostile child-submit                 (internal) the process the kill attack SIGKILLs
  *
@@ -39,6 +43,7 @@
 #define ATTACK_ALARM_S 150
 
 static int failures;
+static int one_process;
 static uint32_t slow_iters = 20000;
 static const char *current = "startup";
 
@@ -947,6 +952,8 @@ static void after_attacks(void)
 	check("vk-clean-after", !r && !wrong && bad == 0 && wit_ok,
 	      ",\"result\":\"%s\",\"wrong\":%d,\"canary_words_changed\":%ld,\"canaries\":%d", res_name(r), wrong, bad, wit_n);
 	fflush(stdout);
+	if (one_process)
+		return;
 	pid = fork();
 	if (pid == 0) {
 		execl("/proc/self/exe", "vk-hostile", "clean", (char *)NULL);
@@ -999,7 +1006,7 @@ static int selected(const char *only, const char *name)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: vk-hostile [--only a:b:c] [--iters N] | clean\n");
+	fprintf(stderr, "usage: vk-hostile [--only a:b:c] [--iters N] [--one-process] | clean\n");
 	return 2;
 }
 
@@ -1022,6 +1029,8 @@ int main(int argc, char **argv)
 	for (k = 1; k < argc; k++) {
 		if (!strcmp(argv[k], "--only") && k + 1 < argc) {
 			only = argv[++k];
+		} else if (!strcmp(argv[k], "--one-process")) {
+			one_process = 1;
 		} else if (!strcmp(argv[k], "--iters") && k + 1 < argc) {
 			char *end;
 			unsigned long v = strtoul(argv[++k], &end, 10);
@@ -1047,7 +1056,7 @@ int main(int argc, char **argv)
 	}
 	phase("attacks-start");
 	for (i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++)
-		if (selected(only, attacks[i].name))
+		if (selected(only, attacks[i].name) && !(one_process && attacks[i].fn == attack_killed))
 			attacks[i].fn();
 	phase("attacks-done");
 	after_attacks();
