@@ -121,11 +121,30 @@ class Restartable {
   /** SIGKILL whichever process serves now; with everyChannelKicked, the journal then says the
    * engine had kicked every channel since the last checkpoint (the restart fails them all). */
   async kill(everyChannelKicked = false): Promise<void> {
-    const { server, keeper } = await this.keeper((_k, st) => ({ server: st.server, keeper: st.pid }));
-    expect(server, this.tail()).not.toBeNull();
-    process.kill(server!, 'SIGKILL');
-    for (let i = 0; i < 100 && !exited(server!); i++) await sleep(50);
-    expect(exited(server!)).toBe(true);
+    // Right after an upgrade the keeper may still name the predecessor as its server while the
+    // successor already holds the fds: kill every serve process the keeper knows, so that the
+    // start after it adopts instead of finding the survivor ("another vugpu serve holds …").
+    // Until the keeper names a live server (an upgrade's predecessor exits as the keeper moves on).
+    let pids: number[] = [];
+    let keeper = 0;
+    for (let i = 0; i < 200; i++) {
+      const st = await this.keeper((_k, x) => x);
+      keeper = st.pid;
+      pids = [st.server, st.successor, st.standby].filter((p): p is number => !!p && !exited(p));
+      if (st.server && !exited(st.server) && !st.successor) break;
+      await sleep(50);
+    }
+    expect(pids.length, this.tail()).toBeGreaterThan(0);
+    for (const pid of pids) try { process.kill(pid, 'SIGKILL'); } catch { /* gone meanwhile */ }
+    for (let i = 0; i < 100 && !pids.every(exited); i++) await sleep(50);
+    expect(pids.every(exited)).toBe(true);
+    // And until the keeper has seen its server go: a start before that is refused as a second server.
+    for (let i = 0; i < 200; i++) {
+      const st = await this.keeper((_k, x) => x);
+      if (!st.server) break;
+      if (!exited(st.server)) try { process.kill(st.server, 'SIGKILL'); } catch { /* gone meanwhile */ }
+      await sleep(50);
+    }
     if (everyChannelKicked) markEveryChannelKicked(keeper);
   }
 
