@@ -469,6 +469,7 @@ export class CommandProcessor implements ClassContext {
     ch.wait = WAIT_JOB;
     this.inFlight++;
     const ctxsw = gpu !== GpuJob.NONE ? this.ctxsw : null;
+    // Without a context switch (every CPU-device launch) no second closure per launch.
     if (!ctxsw) {
       ch.job = submit(this.watchdogMs, (r) => {
         this.inFlight--;

@@ -85,11 +85,6 @@ export class ContextSwitch {
     this.admit();
   }
 
-  /** Waiting jobs (tests, metrics). */
-  get queued(): number {
-    return this.waiting.length;
-  }
-
   /** The device is free: the first waiter's owner takes it, with every job of that owner queued. */
   private admit(): void {
     while (this.holder < 0 && this.waiting.length > 0) {

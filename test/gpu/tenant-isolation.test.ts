@@ -12,7 +12,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
-import { Engine } from '../../src/gpu/engine.ts';
+import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
 import { GpuError, HostDriver } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
@@ -57,13 +57,18 @@ const ENDLESS = `#version 450
 const WATCHDOG_MS = 3000;
 const NEIGHBOUR_BOUND_MS = 1000;
 
+/** An engine whose built-ins and programs run on the Vulkan device (`--engine vulkan`). */
+function vulkanEngine(extra: Partial<EngineOptions> = {}): Engine {
+  execFileSync('bash', [path.join(new URL('../../', import.meta.url).pathname, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
+  const programs = VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined);
+  return new Engine({ vramSize: 64 << 20, channels: 8, programs, builtinsOnPrograms: true, watchdogMs: WATCHDOG_MS, ...extra });
+}
+
 describe.skipIf(!haveBackend || !haveGlslang)('an endless program of one VM beside another VM (Vulkan engine)', () => {
   let engine: Engine;
   let drv: HostDriver;
   beforeAll(() => {
-    execFileSync('bash', [path.join(new URL('../../', import.meta.url).pathname, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
-    const programs = VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined);
-    engine = new Engine({ vramSize: 64 << 20, channels: 8, programs, builtinsOnPrograms: true, watchdogMs: WATCHDOG_MS });
+    engine = vulkanEngine();
     drv = new HostDriver(engine);
   });
   afterAll(() => {
@@ -213,12 +218,7 @@ describe.skipIf(!haveBackend || !haveGlslang)("the engine's context switch (a GP
   let engine: Engine;
   let drv: HostDriver;
   beforeAll(() => {
-    execFileSync('bash', [path.join(new URL('../../', import.meta.url).pathname, 'scripts/build-spirv.sh')], { stdio: 'inherit' });
-    const programs = VulkanBackend.open(process.env.VUGPU_TEST_VULKAN_DEVICE || undefined);
-    engine = new Engine({
-      vramSize: 64 << 20, channels: 8, programs, builtinsOnPrograms: true, watchdogMs: WATCHDOG_MS,
-      timesliceMs: TIMESLICE_MS, timesliceAlways: true,
-    });
+    engine = vulkanEngine({ timesliceMs: TIMESLICE_MS, timesliceAlways: true });
     drv = new HostDriver(engine);
   });
   afterAll(() => {

@@ -27,7 +27,7 @@ interface Run {
   engine: string;
   error?: string;
   a: { outcome: string | null; launches: { outcome: string; ms: number }[] };
-  b: { launches: number; failures: number; wrong: number; maxMs: number; error?: string };
+  b: { launches: number; failures: number; wrong: number; maxMs: number; error?: string; duringA: { windows: number; launches: number; failures: number } };
   serverErrors: number;
 }
 
@@ -51,6 +51,10 @@ test('a VM\'s endless programs are cut for its waiting neighbour, which never fa
     expect(run.b.error, ctx).toBeUndefined();
     expect(run.b.launches, ctx).toBeGreaterThan(100);
     expect(run.b.failures, ctx).toBe(0);
+    // The neighbour was launching while a's programs ran and were cut, not only around them.
+    expect(run.b.duringA.windows, ctx).toBeGreaterThan(0);
+    expect(run.b.duringA.launches, ctx).toBeGreaterThan(0);
+    expect(run.b.duringA.failures, ctx).toBe(0);
     expect(run.b.wrong, ctx).toBe(0);
     expect(run.b.maxMs, ctx).toBeLessThan(BOUND_MS);
     expect(run.serverErrors, ctx).toBe(0);

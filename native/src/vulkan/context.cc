@@ -770,8 +770,9 @@ std::shared_ptr<Context> WayContext(const std::shared_ptr<Context>& cur, uint32_
     if (!g_waysOpening[i]) break;
     g_waysOpened.wait(lk);  // this way's own open, by another of its threads
   }
-  // Opened outside the lock: a GPU's device takes a few hundred ms to open, and another VM's
-  // launch must not wait for it (its first launch after this VM's arrival did, a whole open).
+  // Opened outside the lock: a GPU's device is slow to open (docs/results.md, the H200 neighbour
+  // rows), and another VM's launch must not wait for it (its first launch after this VM's
+  // arrival did, a whole open).
   g_waysOpening[i] = true;
   const uint64_t generation = cur->generation;
   lk.unlock();

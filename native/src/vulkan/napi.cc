@@ -484,8 +484,8 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
 }
 
 // vulkanPrepareWay(way): open the way's device now, on a thread of its own, instead of at its first
-// launch (WayContext). Opening a GPU's device pauses the driver's other devices for a few hundred
-// ms (docs/results.md, "A tenant's hang"): at a VM's attach that pause is not in the middle of
+// launch (WayContext). Opening a GPU's device pauses the driver's other devices for a while
+// (docs/results.md, the H200 neighbour rows): at a VM's attach that pause is not in the middle of
 // its neighbours' work when it first launches.
 Napi::Value VulkanPrepareWay(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
