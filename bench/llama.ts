@@ -559,6 +559,7 @@ async function enginePath(): Promise<Record<string, number>> {
   for (const x of f.program_dispatch_seconds_total ?? []) out[`${x.labels.phase}Ms`] = x.value * 1000;
   for (const x of f.program_staging_bytes_total ?? []) out[`${x.labels.direction}MiB`] = x.value / 2 ** 20;
   out.imports = f.program_host_imports_total?.[0]?.value ?? NaN;
+  out.residentMiB = (f.program_resident_bytes_total?.[0]?.value ?? NaN) / 2 ** 20;
   out.engineDispatches = f.program_dispatches_total?.[0]?.value ?? NaN;
   return out;
 }

@@ -157,7 +157,7 @@ export interface VulkanAddon {
    * was seen, and what the device said faulted where it has VK_EXT_device_fault), "" before any. */
   vulkanStats(): {
     imports: number; importNs: number; importHits: number; uploadBytes: number; downloadBytes: number;
-    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; generation: number; computeNs: number; lastLoss: string;
+    bounceBytes: number; zeroedBytes: number; panels: number; losses: number; rebuilds: number; warmUps: number; kSlices: number; replays: number; residentBytes: number; residentUploadBytes: number; mirrorBytes: number; residentDroppedPages: number; generation: number; computeNs: number; lastLoss: string;
     dispatchPhases: { dispatches: number; setupNs: number; recordNs: number; queueSubmitNs: number; waitNs: number; finishNs: number };
   };
   /** Parse the VUGPU_VK_* knobs again (launches read them from what vulkanOpen parsed, never from
@@ -166,6 +166,9 @@ export interface VulkanAddon {
   vulkanReadTuning(): VulkanTuning;
   /** Open way `way`'s own device now on a thread of its own (a GPU's; otherwise at first launch). */
   vulkanPrepareWay(way: number): void;
+  /** Resident VRAM (native/src/vulkan/resident.cc): its size (0 = off), and engine writes to it. */
+  vulkanResident(vramBytes: number): void;
+  vulkanVramWritten(offset: number, length: number): void;
   /** Test hook (VUGPU_TEST_HOOKS=1): act as if the device were lost, then rebuild it; true if rebuilt. */
   vulkanSimulateLoss(): boolean;
   /** Test hook (VUGPU_TEST_HOOKS=1, a GPU opened with them): really lose the device — dispatch

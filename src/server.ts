@@ -179,6 +179,16 @@ export class Vugpu {
         },
       });
       this.metrics.addFamily({
+        name: 'program_resident_bytes_total', type: 'counter',
+        help: 'Bytes of DEVICE_CACHED bindings that launches found on the device and did not upload (resident VRAM).',
+        samples: () => [{ labels: {}, value: vk.transfers().residentBytes }],
+      });
+      this.metrics.addFamily({
+        name: 'program_vram_mirror_bytes', type: 'gauge',
+        help: 'Device memory holding resident copies of VRAM (one mirror per GiB of VRAM that DEVICE_CACHED bindings touched).',
+        samples: () => [{ labels: {}, value: vk.transfers().mirrorBytes }],
+      });
+      this.metrics.addFamily({
         name: 'program_host_imports_total', type: 'counter',
         help: 'Host ranges imported into the Vulkan device for launches (cached while their window lives; hits not counted).',
         samples: () => [{ labels: {}, value: vk.transfers().imports }],

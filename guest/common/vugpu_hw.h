@@ -241,6 +241,7 @@
 #define VG_COMPUTE_MAX_BUFFERS 16
 #define VG_COMPUTE_MAX_PARAMS 4096
 #define VG_BUFFER_FLAG_READ_ONLY (1u << 0) /* BUFFER_FLAGS(i) bit 0 (hw-spec 1.1) */
+#define VG_BUFFER_FLAG_DEVICE_CACHED (1u << 1) /* bit 1 (hw-spec 1.6, PROG_VERSION 0x00010001) */
 #define VG_SPEC_ENTRY_SIZE 8              /* {u32 constantID, u32 value} */
 
 /* LAUNCH_DMA / LAUNCH flags */

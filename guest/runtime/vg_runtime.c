@@ -993,9 +993,14 @@ vgResult vgLaunchProgram(vgContext ctx, vgProgram prog, unsigned int entry, cons
 	uint64_t pva, sva, mva;
 	uint8_t *cpu;
 	struct pb p;
+	const struct vugpu_prog_info *pi;
+	uint32_t cached = 0;
 	vgResult r;
 
 	CHECK_CTX(ctx);
+	/* DEVICE_CACHED is a hint: a device of programs v1.0 has no such flag, so it is left out there */
+	if (prog_info(ctx, &pi) == VG_SUCCESS && pi->version >> 16 == 1 && (pi->version & 0xffff) >= 1)
+		cached = VG_BUFFER_FLAG_DEVICE_CACHED;
 	/* only what the methods cannot carry; every limit of §3.10 is the device's to enforce */
 	if (!prog || prog->ctx != ctx)
 		return VG_ERROR_INVALID_HANDLE;
@@ -1004,12 +1009,14 @@ vgResult vgLaunchProgram(vgContext ctx, vgProgram prog, unsigned int entry, cons
 	    spec_off + spec_bytes > PARAM_SLOT_SIZE)
 		return VG_ERROR_INVALID_VALUE;
 	for (i = 0; i < nbindings; i++) {
-		if (!bindings[i].bytes || bindings[i].bytes > 0xffffffffu || (bindings[i].flags & ~VG_BINDING_READ_ONLY))
+		if (!bindings[i].bytes || bindings[i].bytes > 0xffffffffu ||
+		    (bindings[i].flags & ~(VG_BINDING_READ_ONLY | VG_BINDING_DEVICE_CACHED)))
 			return VG_ERROR_INVALID_VALUE;
 		b[4 * i] = (uint32_t)(bindings[i].ptr >> 32) & 0xff;
 		b[4 * i + 1] = (uint32_t)bindings[i].ptr;
 		b[4 * i + 2] = (uint32_t)bindings[i].bytes;
-		b[4 * i + 3] = (bindings[i].flags & VG_BINDING_READ_ONLY) ? VG_BUFFER_FLAG_READ_ONLY : 0;
+		b[4 * i + 3] = ((bindings[i].flags & VG_BINDING_READ_ONLY) ? VG_BUFFER_FLAG_READ_ONLY : 0) |
+			       ((bindings[i].flags & VG_BINDING_DEVICE_CACHED) ? cached : 0);
 	}
 	/* push constants and the spec block share a parameter slot (same reuse rule as vgLaunch) */
 	slot = ctx->param_next;

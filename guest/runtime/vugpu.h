@@ -130,6 +130,9 @@ typedef struct vgBinding {
 } vgBinding;
 /* translated for reading only; the module must declare the binding NonWritable */
 #define VG_BINDING_READ_ONLY 0x1u
+/* the device may keep the buffer's VRAM on the GPU between launches (hw-spec §6.3, programs
+ * v1.1): its CPU writes through BAR1 may then go unseen; write it through the GPU (vgMemcpy*) */
+#define VG_BINDING_DEVICE_CACHED 0x2u
 
 /* VkSpecializationInfo entry: OpSpecConstant with SpecId `id` takes `value` (its 32 bits). */
 typedef struct vgSpecConstant {

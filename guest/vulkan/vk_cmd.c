@@ -306,7 +306,9 @@ static struct vkv_cmd *record_dispatch(struct vkv_cmd_buffer *cb, enum cmd_type 
 			if (!b->bytes)
 				b->bytes = 1;
 		}
-		b->flags = 0;
+		/* DEVICE_LOCAL memory is not host-visible: only the device writes it, so the device
+		 * may keep it on the GPU between launches (hw-spec §6.3 DEVICE_CACHED) */
+		b->flags = sb->buf && sb->buf->mem && sb->buf->mem->type == VKV_MEM_TYPE_VRAM ? VG_BINDING_DEVICE_CACHED : 0;
 	}
 	memcpy(c->u.disp.push, cb->push, cb->pipe->push_bytes);
 	return c;

@@ -60,6 +60,8 @@ export class RegionBus implements BusResolver {
 export interface VramView {
   fd: number;
   u8: Uint8Array;
+  /** Vram.written: resident copies of VRAM to drop when the engine writes it. */
+  written?: ((offset: number, length: number) => void) | null;
 }
 
 /** Read the bytes of `extents` into dst (whose length is their sum). Returns false on an I/O error. */
@@ -82,6 +84,7 @@ export function writeExtents(vram: VramView, extents: Extent[], src: Uint8Array)
   for (const e of extents) {
     if (e.fd === vram.fd) {
       vram.u8.set(src.subarray(at, at + e.length), e.offset);
+      vram.written?.(e.offset, e.length);
     } else if (native.pwrite(e.fd, src.subarray(at, at + e.length), e.offset) !== e.length) {
       return false;
     }

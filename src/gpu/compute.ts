@@ -15,7 +15,7 @@ import { builtinPlan } from './program/builtins.ts';
 import { BUILTIN_OWNER, builtinKey, builtinWords, overlapping, runPlan } from './builtin-programs.ts';
 import type { Extent } from '../native.ts';
 import {
-  BUFFER_READ_ONLY, CHAN_ERR, COMPUTE, COMPUTE_MAX_BUFFERS, COMPUTE_MAX_PARAMS, LAUNCH_PROGRAM,
+  BUFFER_DEVICE_CACHED, BUFFER_FLAGS_KNOWN, BUFFER_READ_ONLY, CHAN_ERR, COMPUTE, COMPUTE_MAX_BUFFERS, COMPUTE_MAX_PARAMS, LAUNCH_PROGRAM,
   PROG_REASON, SMALL_PAGE, UNIT,
 } from './spec.ts';
 
@@ -31,7 +31,7 @@ export function computeMethod(cp: ClassContext, ch: ChannelState, method: number
   if (method >= COMPUTE.BUFFER_BASE && method < BUF_END) {
     const word = (method - COMPUTE.BUFFER_BASE) >> 2;
     if ((word & 3) === 0) data &= 0xff; // VA upper
-    else if ((word & 3) === 3 && (data & ~BUFFER_READ_ONLY) !== 0) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA); // flags
+    else if ((word & 3) === 3 && (data & ~BUFFER_FLAGS_KNOWN) !== 0) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA); // flags
     k.buffers[word] = data >>> 0;
     return CONTINUE;
   }
@@ -93,13 +93,16 @@ function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
 interface Mapped {
   windows: bigint[];
   lengths: number[];
+  /** Each binding's VRAM offset when it is one contiguous VRAM range, else -1. */
+  vram: number[];
   unmap: () => void;
 }
 
 /** Translate buffers 0..count-1 (write access where `write(i)`), then map each into a host
  * window. Every buffer is translated before any is mapped: a fault leaves nothing behind.
  * null = the channel stopped (fault or mapping failure). */
-function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i: number) => boolean): Mapped | null {
+function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i: number) => boolean,
+                    resident: (i: number) => boolean = () => false): Mapped | null {
   const k = ch.compute;
   const ranges: { extents: Extent[]; offset: number; length: number; write: boolean }[] = [];
   for (let i = 0; i < count; i++) {
@@ -117,10 +120,16 @@ function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i
     if (!extents) return null;
     ranges.push({ extents, offset: va - start, length: len, write: w });
   }
+  // What the job writes other than through a resident copy makes the resident copies of those
+  // bytes stale (vram.ts written): dropped before it runs, and again when it is done.
+  const vram = cp.core.vram;
+  const dirty = vram.written ? ranges.filter((r, i) => r.write && !resident(i)) : [];
+  for (const r of dirty) vram.wroteExtents(r.extents);
   const maps: WindowRef[] = [];
   const unmap = (): void => {
     for (const m of maps) m.release();
     maps.length = 0;
+    for (const r of dirty) vram.wroteExtents(r.extents);
   };
   try {
     for (const r of ranges) maps.push(cp.windows.acquire(r.extents, !r.write));
@@ -133,6 +142,7 @@ function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i
   return {
     windows: maps.map((m, i) => m.address + BigInt(ranges[i]!.offset)),
     lengths: ranges.map((r) => r.length),
+    vram: ranges.map((r) => (r.extents.length === 1 && r.extents[0]!.fd === vram.fd ? r.extents[0]!.offset + r.offset : -1)),
     unmap,
   };
 }
@@ -209,10 +219,19 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   if (bad) return cp.programError(ch, bad);
 
   // Step 4: bindings = exactly the translated ranges; READ_ONLY buffers translated for reading.
-  const mapped = mapBuffers(cp, ch, k.bufferCount, (i) => (k.buffers[4 * i + 3]! & BUFFER_READ_ONLY) === 0);
+  // DEVICE_CACHED bindings (hw-spec §6.3) run on the device's resident copy of their VRAM when
+  // the device keeps one (vram.written is set) and the binding is one contiguous VRAM range.
+  let resident = 0;
+  if (cp.core.vram.written) {
+    for (let i = 0; i < k.bufferCount; i++) if ((k.buffers[4 * i + 3]! & BUFFER_DEVICE_CACHED) !== 0) resident |= 1 << i;
+  }
+  const mapped = mapBuffers(cp, ch, k.bufferCount, (i) => (k.buffers[4 * i + 3]! & BUFFER_READ_ONLY) === 0,
+    (i) => ((resident >>> i) & 1) === 1);
   if (!mapped) return STOP;
+  for (let i = 0; i < k.bufferCount; i++) if (mapped.vram[i]! < 0) resident &= ~(1 << i);
   const push = params.length > entryInfo.pushBytes ? params.slice(0, entryInfo.pushBytes) : params.slice();
-  const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number], way: ch.owner };
+  const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number], way: ch.owner,
+    ...(resident !== 0 ? { vram: mapped.vram, resident } : {}) };
   prog.users++;
   return cp.startJob(ch, (wd, done) => cache.backend.dispatch(job, wd, done), post, () => {
     mapped.unmap();

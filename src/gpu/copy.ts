@@ -43,5 +43,9 @@ function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   if (!src) return STOP;
   const dst = cp.translate(ch, c.outHi * TWO32 + c.outLo, c.length, true, UNIT.COPY);
   if (!dst) return STOP;
-  return cp.startJob(ch, (wd, done) => jobPool.submitCopy({ src, dst, way: ch.owner }, wd, done), post, () => {});
+  // Resident copies of dst are stale: dropped now, and again when the bytes have landed (a
+  // launch of the same VM on another channel may have uploaded them meanwhile).
+  const vram = cp.core.vram;
+  vram.wroteExtents(dst);
+  return cp.startJob(ch, (wd, done) => jobPool.submitCopy({ src, dst, way: ch.owner }, wd, done), post, () => vram.wroteExtents(dst));
 }

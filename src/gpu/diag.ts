@@ -86,7 +86,10 @@ export function diagRegisters(core: GpuCore): RegisterInfo[] {
       addr: DIAG_VRAM_POKE, name: 'DIAG_VRAM_POKE', reset: 0, ro: RO,
       postWrite: (_s, w) => {
         const a = peekAddr();
-        if (a !== null) core.vram.write32(a, w);
+        if (a !== null) {
+          core.vram.write32(a, w);
+          core.vram.written?.(a, 4);
+        }
       },
     },
     {

@@ -67,6 +67,7 @@ export class Mmu {
     if (target === TARGET_VRAM) {
       if (!this.core.vram.contains(addr, bytes.length)) return false;
       this.core.vram.u8.set(bytes, addr);
+      this.core.vram.written?.(addr, bytes.length);
       return true;
     }
     const ext = this.physExtents(target, addr, bytes.length, true);

@@ -3,7 +3,7 @@
 // already clamped to vugpu's envelope.
 import type { RegisterInfo } from './regs.ts';
 import type { ProgramLimits } from './programs.ts';
-import { PPROG, PROG_VERSION_1_0 } from './spec.ts';
+import { PPROG, PROG_VERSION_1_1 } from './spec.ts';
 
 const RO = 0xffffffff;
 
@@ -16,7 +16,7 @@ export function pprogRegisters(limits: () => ProgramLimits | null): RegisterInfo
     },
   });
   return [
-    field(PPROG.VERSION, 'PROG_VERSION', () => PROG_VERSION_1_0),
+    field(PPROG.VERSION, 'PROG_VERSION', () => PROG_VERSION_1_1),
     field(PPROG.MAX_MODULE_BYTES, 'PROG_MAX_MODULE_BYTES', (l) => l.maxModuleBytes),
     field(PPROG.MAX_BINDINGS, 'PROG_MAX_BINDINGS', (l) => l.maxBindings),
     field(PPROG.MAX_PUSH_BYTES, 'PROG_MAX_PUSH_BYTES', (l) => l.maxPushBytes),

@@ -54,6 +54,10 @@ export interface DispatchJob {
   /** Whose way onto the device it takes: the channel's owner (the VM), so one VM's launch that
    * never ends holds neither another's pool thread nor its queue (pool.cc, vk.h WayQueue). */
   way?: number;
+  /** Guest programs: each binding's VRAM offset (-1: not one VRAM range) and the mask of
+   * DEVICE_CACHED bindings, run on the device's resident copy (ProgramBackend.keepVram). */
+  vram?: number[];
+  resident?: number;
 }
 
 /** How a device needs windows of READ_ONLY buffers mapped (ProgramBackend.readOnlyWindows). */
@@ -83,6 +87,12 @@ export interface ProgramBackend {
   dispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number;
   /** Open `way`'s own device now, in the background (DispatchJob.way); absent = at first use. */
   prepareWay?(way: number): void;
+  /** Keep DEVICE_CACHED bindings' VRAM (of this many bytes) on the device between launches.
+   * Returns what the engine calls when it writes VRAM itself (Vram.written), or null when the
+   * device does not keep VRAM (it reads host memory directly, or another engine holds it). */
+  keepVram?(vramBytes: number): ((offset: number, length: number) => void) | null;
+  /** The engine closes: drop what keepVram kept. */
+  releaseVram?(): void;
   cancel(id: number): void;
   release(slot: number): void;
   close(): void;

@@ -179,6 +179,9 @@ export const COMPUTE = {
 export const LAUNCH_PROGRAM = 1 << 16;
 /** BUFFER_FLAGS bit 0: translate for reading only. */
 export const BUFFER_READ_ONLY = 1;
+/** hw-spec 1.6 (programs v1.1): the device may keep the binding's VRAM on the GPU between launches. */
+export const BUFFER_DEVICE_CACHED = 2;
+export const BUFFER_FLAGS_KNOWN = BUFFER_READ_ONLY | BUFFER_DEVICE_CACHED;
 
 // ---- §3.10 PPROG: program limits (hw-spec 1.1) ----
 export const PPROG = {
@@ -191,6 +194,8 @@ export const PPROG = {
 export const PPROG_BASE = 0x00b000;
 export const PPROG_END = 0x00b100;
 export const PROG_VERSION_1_0 = 0x00010000;
+/** Programs v1.1 (hw-spec 1.6): BUFFER_FLAGS.DEVICE_CACHED. */
+export const PROG_VERSION_1_1 = 0x00010001;
 /** BAD_PROGRAM reasons (PFIFO_CHAN_ERR_REASON), §6.3.6; native/include/program.h has the same. */
 export const PROG_REASON = {
   UNSUPPORTED: 1, MODULE_SIZE: 2, INVALID: 3, CAPABILITY: 4, EXTENSION: 5, INSTRUCTION: 6,

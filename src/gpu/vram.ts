@@ -10,6 +10,10 @@ export class Vram {
   readonly u8: Uint8Array;
   readonly dv: DataView;
   private buf: ArrayBuffer | null;
+  /** Told of every engine write to VRAM that is not a launch's own resident copy (copies, fills,
+   * built-ins, semaphores, scrubs): a program device that keeps VRAM on the GPU drops its copy
+   * of those bytes (native/src/vulkan/resident.cc). Unset: nothing keeps VRAM. */
+  written: ((offset: number, length: number) => void) | null = null;
 
   /** adoptFd: an existing VRAM memfd (a restart adopts it from the fd keeper; its contents,
    * shadow tables included, are the VRAM); the Vram owns it from then on. */
@@ -39,6 +43,7 @@ export class Vram {
    * it: docs/architecture.md, "Threads").
    */
   zero(addr: number, length: number): void {
+    this.written?.(addr, length);
     const end = addr + length;
     for (let at = addr; at < end;) {
       const data = native.seekData(this.fd, at, 0);
@@ -52,6 +57,13 @@ export class Vram {
       this.u8.fill(0, Math.max(at, data), stop);
       at = stop;
     }
+  }
+
+  /** Tell the resident copies (written) that the engine wrote these extents' VRAM. */
+  wroteExtents(extents: readonly { fd: number; offset: number; length: number }[]): void {
+    const w = this.written;
+    if (!w) return;
+    for (const e of extents) if (e.fd === this.fd) w(e.offset, e.length);
   }
 
   /** [addr, addr + length) lies inside VRAM. */

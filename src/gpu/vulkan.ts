@@ -52,6 +52,9 @@ export function clampLimits(dev: Clampable): ProgramLimits {
 /** Completion polling a GPU asks for (µs): a 1024³ GEMM's launch on a large GPU fits. */
 export const GPU_COMPLETION_POLL_US = 1000;
 
+/** The backend whose engine keeps VRAM resident now (keepVram), if any. */
+let vramHolder: VulkanBackend | null = null;
+
 export class VulkanBackend implements ProgramBackend {
   readonly device: string;
   readonly driver: string;
@@ -110,6 +113,21 @@ export class VulkanBackend implements ProgramBackend {
     return jobPool.submitDispatch(job, watchdogMs, done);
   }
 
+  keepVram(vramBytes: number): ((offset: number, length: number) => void) | null {
+    // Only the device-memory path copies VRAM to the device; zero-copy devices read it in place.
+    // One engine per process keeps VRAM (the mirrors are keyed by VRAM offset).
+    if (this.deviceInfo.memory !== 'device' || vramHolder !== null) return null;
+    vramHolder = this;
+    native.vulkanResident(vramBytes);
+    return (offset, length) => native.vulkanVramWritten(offset, length);
+  }
+
+  releaseVram(): void {
+    if (vramHolder !== this) return;
+    vramHolder = null;
+    native.vulkanResident(0);
+  }
+
   prepareWay(way: number): void {
     // A CPU device's way opens in well under a second, and only a VM that launches needs one.
     if (!this.timesliced) native.vulkanPrepareWay(way);
@@ -135,9 +153,9 @@ export class VulkanBackend implements ProgramBackend {
   }
 
   /** Host imports and staged bytes since the process started (/metrics). */
-  transfers(): { imports: number; uploadBytes: number; downloadBytes: number } {
+  transfers(): { imports: number; uploadBytes: number; downloadBytes: number; residentBytes: number; mirrorBytes: number } {
     const s = native.vulkanStats();
-    return { imports: s.imports, uploadBytes: s.uploadBytes, downloadBytes: s.downloadBytes };
+    return { imports: s.imports, uploadBytes: s.uploadBytes, downloadBytes: s.downloadBytes, residentBytes: s.residentBytes, mirrorBytes: s.mirrorBytes };
   }
 
   /** Dispatches and their pool-thread time by phase since the process started (/metrics). */

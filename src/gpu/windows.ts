@@ -27,7 +27,9 @@ export class WindowCache {
   hits = 0;
   misses = 0;
 
-  constructor(vramFd: number, max = 32) {
+  // An application binds many buffers in turn: llama.cpp several hundred tensors per token. A cache
+  // smaller than that working set maps (and on a GPU imports, pinning pages) at every launch.
+  constructor(vramFd: number, max = 1024) {
     this.vramFd = vramFd;
     this.max = max;
   }

@@ -103,7 +103,7 @@ describe('guest programs: driver + runtime program API in a QEMU guest, the nati
     const limits = suite.checks.find((c) => c.check === 'program-limits') as Check | undefined;
     expect(limits, context(suite)).toBeDefined();
     expect(limits!.ok, JSON.stringify(limits)).toBe(true);
-    expect(limits!.version).toBe('0x00010000');
+    expect(limits!.version).toBe('0x00010001');
     const probes = suite.checks.filter((c) => String(c.check).startsWith('limit-')) as Check[];
     expect(probes.length, context(suite)).toBeGreaterThanOrEqual(18);
     for (const p of probes) {

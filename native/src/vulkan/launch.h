@@ -44,6 +44,11 @@ struct Group {
   HostImport* imp = nullptr;
   PoolBuf dev, bounce;
   int panel = -1;               // member streamed by rows (then the only member)
+  // Resident (DEVICE_CACHED, resident.cc): the mirror holding it, the mirror offset of g.start,
+  // and the pages this launch uploads first (offsets relative to g.start / in the mirror).
+  Mirror* mir = nullptr;
+  uint64_t mirOff = 0;
+  std::vector<VkBufferCopy> resUp;
 };
 
 // The first panel as slices of k (DispatchInput::KStream): slices = 1 means none.
@@ -95,6 +100,7 @@ struct Run {
   ~Run() {
     if (abandoned) return;
     for (Group& g : groups) {
+      if (g.mir && !submitted && !g.resUp.empty()) UnplanResident(c, g.mir, g.resUp);
       if (g.imp) ReleaseImport(c, g.imp);
       ReleasePoolBuf(c, g.dev);
       ReleasePoolBuf(c, g.bounce);

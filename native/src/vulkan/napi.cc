@@ -60,6 +60,7 @@ Napi::Object TuningObject(Napi::Env env, const vk::Tuning& t) {
   o.Set("CHAIN_ONE_QUEUE", t.chainOneQueue);
   o.Set("FILL_EACH_PANEL", t.fillEachPanel);
   o.Set("NO_REPLAY", t.noReplay);
+  o.Set("NO_RESIDENT", t.noResident);
   o.Set("SPIN_US", double(t.spinUs));
   return o;
 }
@@ -472,6 +473,24 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
     if (!ValueInt(env, wayv, "job.way", 0, UINT32_MAX, &way)) return env.Undefined();
     in->way = uint32_t(way);
   }
+  // Guest programs: each binding's VRAM offset (-1: none) and the DEVICE_CACHED ones (resident.cc).
+  Napi::Value vv = o.Get("vram");
+  if (!vv.IsUndefined()) {
+    if (in->builtin || !vv.IsArray() || vv.As<Napi::Array>().Length() != w.Length()) {
+      ThrowTypeError(env, "job.vram must be an array of VRAM offsets (-1: none), one per window, for guest programs only");
+      return env.Undefined();
+    }
+    Napi::Array va = vv.As<Napi::Array>();
+    for (uint32_t i = 0; i < va.Length(); i++) {
+      int64_t v;
+      if (!ValueInt(env, va.Get(i), "job.vram[i]", -1, kMaxSafe, &v)) return env.Undefined();
+      in->vram.push_back(v < 0 ? UINT64_MAX : uint64_t(v));
+    }
+    int64_t mask = 0;
+    Napi::Value mv = o.Get("resident");
+    if (!mv.IsUndefined() && !ValueInt(env, mv, "job.resident", 0, UINT32_MAX, &mask)) return env.Undefined();
+    in->residentMask = uint32_t(mask);
+  }
   std::shared_ptr<Context> cur = Ctx();
   int setup = prog->ctx && cur ? 0 : -ENODEV;
   in->generation = cur ? cur->generation : 0;
@@ -554,6 +573,29 @@ Napi::Value ProgramRelease(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// vulkanResident(vramBytes): DEVICE_CACHED bindings run on resident copies of a VRAM of this size
+// (resident.cc); 0 turns residency off.
+Napi::Value VulkanResident(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t bytes;
+  if (!ValueInt(env, info[0], "vramBytes", 0, kMaxSafe, &bytes)) return env.Undefined();
+  vk::SetResidentVram(uint64_t(bytes));
+  // A new holder (or none): nothing kept for the last one is valid.
+  vk::InvalidateVram(0, UINT64_MAX / 2);
+  return env.Undefined();
+}
+
+// vulkanVramWritten(offset, length): the engine wrote these VRAM bytes other than through a
+// launch's resident copy; every mirror's copy of them is stale.
+Napi::Value VulkanVramWritten(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t off, len;
+  if (!ValueInt(env, info[0], "offset", 0, kMaxSafe, &off) || !ValueInt(env, info[1], "length", 0, kMaxSafe, &len))
+    return env.Undefined();
+  if (len > 0) vk::InvalidateVram(uint64_t(off), uint64_t(len));
+  return env.Undefined();
+}
+
 // Import counters since load: {imports, importNs} (each import is one window's page range).
 Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -572,6 +614,10 @@ Napi::Value VulkanStats(const Napi::CallbackInfo& info) {
   o.Set("warmUps", double(s.warmUps.load()));
   o.Set("kSlices", double(s.kSlices.load()));
   o.Set("replays", double(s.replays.load()));
+  o.Set("residentBytes", double(s.residentBytes.load()));
+  o.Set("residentUploadBytes", double(s.residentUploadBytes.load()));
+  o.Set("mirrorBytes", double(s.mirrorBytes.load()));
+  o.Set("residentDroppedPages", double(s.residentDropped.load()));
   Napi::Object ph = Napi::Object::New(env);
   ph.Set("dispatches", double(s.dispatches.load()));
   ph.Set("setupNs", double(s.setupNs.load()));
@@ -725,6 +771,8 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports) {
   exports.Set("vulkanClose", Napi::Function::New(env, VulkanClose, "vulkanClose"));
   exports.Set("vulkanStats", Napi::Function::New(env, VulkanStats, "vulkanStats"));
   exports.Set("vulkanReadTuning", Napi::Function::New(env, VulkanReadTuning, "vulkanReadTuning"));
+  exports.Set("vulkanResident", Napi::Function::New(env, VulkanResident, "vulkanResident"));
+  exports.Set("vulkanVramWritten", Napi::Function::New(env, VulkanVramWritten, "vulkanVramWritten"));
   exports.Set("vulkanPrepareWay", Napi::Function::New(env, VulkanPrepareWay, "vulkanPrepareWay"));
   exports.Set("vulkanSimulateLoss", Napi::Function::New(env, VulkanSimulateLoss, "vulkanSimulateLoss"));
   exports.Set("vulkanInjectFault", Napi::Function::New(env, VulkanInjectFault, "vulkanInjectFault"));

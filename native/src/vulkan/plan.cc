@@ -102,6 +102,25 @@ int AcquireZeroCopy(Run& R) {
   return 0;
 }
 
+// The VRAM offset of g.start when the group can run on the resident copy of its VRAM
+// (resident.cc): every member DEVICE_CACHED and one contiguous VRAM range, the same for all
+// members (their windows' offsets to the VRAM agree). UINT64_MAX otherwise.
+uint64_t ResidentStart(const Run& R, const Group& g) {
+  const DispatchInput& in = R.in;
+  int64_t delta = 0;
+  bool first = true;
+  for (size_t i : g.members) {
+    const uint32_t b = R.prog.setBindings[i];
+    if (b >= 32 || !((in.residentMask >> b) & 1) || b >= in.vram.size() || in.vram[b] == UINT64_MAX) return UINT64_MAX;
+    const int64_t d = int64_t(in.vram[b] - in.windows[b]);
+    if (!first && d != delta) return UINT64_MAX;
+    delta = d;
+    first = false;
+  }
+  if (first) return UINT64_MAX;
+  return uint64_t(int64_t(g.start) + delta);
+}
+
 // Device memory: a device-local copy per group, its host side imported (or, where the driver
 // refuses to import the range, a host-visible bounce buffer filled by the CPU).
 int AcquireStaged(Run& R) {
@@ -113,8 +132,42 @@ int AcquireStaged(Run& R) {
   // pinned buffer: importing it would pin and map its pages for the device at every launch
   // (VUGPU_VK_IMPORT_TRANSIENT=1 imports it anyway, for measurement).
   const bool bounceTransient = !R.t.importTransient;
+  const bool resident = !R.in.builtin && R.in.residentMask && ResidencyOn(c);
   for (Group& g : R.groups) {
     const uint64_t size = g.end - g.start;
+    if (resident) {
+      const uint64_t vs = ResidentStart(R, g);
+      if (vs != UINT64_MAX && PlanResident(c, vs, size, &g.mir, &g.resUp)) {
+        g.mirOff = vs - g.mir->base;
+        bool writes = false;
+        for (size_t i : g.members) writes = writes || R.writable[i];
+        for (const VkBufferCopy& x : g.resUp) GetImportStats().residentUploadBytes += x.size;
+        // A VM launching on two contexts (a CPU device's way and the serving one) has a mirror
+        // on each: what this one writes is stale on the other.
+        if (writes) InvalidateVram(vs, size, &c);
+        // Nothing to move: no import (the host side is touched only to upload or write back).
+        if (g.resUp.empty() && !writes) continue;
+        VkResult r = AcquireImport(c, g.start, size, &g.imp);
+        if (r == VK_ERROR_DEVICE_LOST) {
+          g.imp = nullptr;
+          return LostHere(c, "import");
+        }
+        if (r != VK_SUCCESS) {
+          g.imp = nullptr;
+          if ((r = AcquirePoolBuf(c, size, true, &g.bounce)) != VK_SUCCESS) return ImportError(c, r);
+          for (const VkBufferCopy& x : g.resUp) {
+            memcpy(static_cast<uint8_t*>(g.bounce.map) + x.srcOffset,
+                   reinterpret_cast<const void*>(uintptr_t(g.start + x.srcOffset)), x.size);
+            GetImportStats().bounceBytes += x.size;
+          }
+        } else {
+          fresh++;
+        }
+        continue;
+      }
+      g.mir = nullptr;
+      g.resUp.clear();
+    }
     const bool transient = bounceTransient && InsideTransientWindow(g.start, size);
     VkResult r = transient ? VK_ERROR_FEATURE_NOT_PRESENT : AcquireImport(c, g.start, size, &g.imp);
     if (r == VK_ERROR_DEVICE_LOST) {
@@ -308,6 +361,10 @@ void BindInfos(Run& R) {
       continue;
     }
     const Group& g = R.groups[size_t(R.groupOf[i])];
+    if (g.mir) {
+      R.infos.push_back({g.mir->buf, g.mirOff + (R.in.windows[b] - g.start), R.in.lengths[b]});
+      continue;
+    }
     VkBuffer buf = R.c.info.staging ? g.dev.buf : g.imp->buf;
     R.infos.push_back({buf, R.in.windows[b] - g.start, R.in.lengths[b]});
   }

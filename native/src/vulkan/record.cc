@@ -119,6 +119,11 @@ void MakeReplayKey(Run& R) {
       key.push_back(g.dev.serial);
       key.push_back(g.start);
       key.push_back(g.end);
+      // Resident: the mirror and where it sits; the first launch uploads pages, later ones not.
+      key.push_back(g.mir ? g.mir->serial : 0);
+      key.push_back(g.mirOff);
+      key.push_back(g.resUp.size());
+      for (const VkBufferCopy& x : g.resUp) key.push_back(x.dstOffset), key.push_back(x.size);
     }
   }
   R.replay = R.replayable && key == R.lane->replayKey;
@@ -141,7 +146,24 @@ int RecordOne(Run& R, const VkCommandBufferBeginInfo& bi) {
   // Nothing staged (a launch without buffers): no copies, so no barriers around them.
   const bool copies = R.c.info.staging && !R.groups.empty();
   if (copies) {
+    bool resUp = false;
+    for (const Group& g : R.groups) resUp = resUp || !g.resUp.empty();
+    // Uploads into a mirror after the queue's earlier launches on it: their compute and
+    // write-backs (same queue: the VM's way) are done with those pages first.
+    if (resUp) {
+      VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      f.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                             VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    }
     for (const Group& g : R.groups) {
+      if (g.mir) {
+        if (!g.resUp.empty())
+          f.vkCmdCopyBuffer(cmd, g.imp ? g.imp->buf : g.bounce.buf, g.mir->buf, uint32_t(g.resUp.size()), g.resUp.data());
+        for (auto& x : g.resUp) R.up += x.size;
+        continue;
+      }
       reg.clear();
       fills.clear();
       PanelRegions(R, g, 0, 1, R.rowsPer, false, &reg, &fills);
@@ -156,7 +178,9 @@ int RecordOne(Run& R, const VkCommandBufferBeginInfo& bi) {
     for (const Group& g : R.groups) {
       reg.clear();
       PanelRegions(R, g, 0, 1, R.rowsPer, true, &reg);
-      if (!reg.empty()) f.vkCmdCopyBuffer(cmd, g.dev.buf, g.imp ? g.imp->buf : g.bounce.buf, uint32_t(reg.size()), reg.data());
+      if (g.mir)
+        for (auto& x : reg) x.srcOffset += g.mirOff;
+      if (!reg.empty()) f.vkCmdCopyBuffer(cmd, g.mir ? g.mir->buf : g.dev.buf, g.imp ? g.imp->buf : g.bounce.buf, uint32_t(reg.size()), reg.data());
       for (auto& x : reg) R.down += x.size;
     }
     CopyBarrierToHost(f, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);

@@ -28,7 +28,9 @@ std::mutex g_regMu;
 std::vector<LiveWindow> g_windows;
 std::vector<Context*> g_contexts;
 
-constexpr size_t kMaxCachedImports = 256;
+// As many as the engine's window cache keeps windows (src/gpu/windows.ts): an application's
+// working set of buffers (llama.cpp: hundreds of tensors) then stays imported.
+constexpr size_t kMaxCachedImports = 1024;
 constexpr uint64_t kPoolRound = 1ull << 16;
 
 // 1 = inside a shared window, 2 = inside a private (copy-on-write) window, 0 = neither.
@@ -153,6 +155,13 @@ void NoteWindowUnmapped(uint64_t addr, uint64_t len) {
                   g_windows.end());
   for (Context* c : g_contexts)
     if (c->device) DropImports(*c, addr, len);
+}
+
+void InvalidateVram(uint64_t off, uint64_t len, const Context* keep) {
+  // Under the registry lock, as NoteWindowUnmapped: no context goes away meanwhile.
+  std::lock_guard<std::mutex> lk(g_regMu);
+  for (Context* c : g_contexts)
+    if (c->device && c != keep) InvalidateMirrors(*c, off, len);
 }
 
 VkResult AcquireImport(Context& c, uint64_t start, uint64_t size, HostImport** out) {
@@ -309,6 +318,7 @@ void ReleasePoolBuf(Context& c, PoolBuf& b) {
 
 void FreeCaches(Context& c) {
   UnregisterContext(&c);
+  FreeMirrors(c);
   for (HostImport* i : c.imports) FreeImport(c, i);
   c.imports.clear();
   for (PoolBuf& b : c.pool) {

@@ -75,6 +75,7 @@ const Tuning& ReadTuning() {
   t->chainOneQueue = On("VUGPU_VK_CHAIN_ONE_QUEUE");
   t->fillEachPanel = On("VUGPU_VK_FILL_EACH_PANEL");
   t->noReplay = On("VUGPU_VK_NO_REPLAY");
+  t->noResident = On("VUGPU_VK_NO_RESIDENT");
   t->spinUs = Count("VUGPU_VK_SPIN_US", t->spinUs);
   g_tune.store(t, std::memory_order_release);
   return *t;
@@ -113,6 +114,7 @@ std::string TuningText(const Tuning& t) {
   flag("VUGPU_VK_CHAIN_ONE_QUEUE", t.chainOneQueue, d.chainOneQueue);
   flag("VUGPU_VK_FILL_EACH_PANEL", t.fillEachPanel, d.fillEachPanel);
   flag("VUGPU_VK_NO_REPLAY", t.noReplay, d.noReplay);
+  flag("VUGPU_VK_NO_RESIDENT", t.noResident, d.noResident);
   num("VUGPU_VK_SPIN_US", t.spinUs, d.spinUs);
   return s;
 }

@@ -77,6 +77,9 @@ struct Tuning {
   bool fillEachPanel = false;
   // VUGPU_VK_NO_REPLAY=1: every launch records its command buffers (A/B measurement).
   bool noReplay = false;
+  // VUGPU_VK_NO_RESIDENT=1: DEVICE_CACHED bindings are staged per launch like the others
+  // (resident.cc; A/B measurement).
+  bool noResident = false;
   // Polling of a GPU's fence before the first blocking wait (VUGPU_VK_SPIN_US): a GPU ends short
   // launches sooner than the driver's sleep wakes up (docs/results.md). Never on a CPU device,
   // whose threads need the cores.

@@ -148,6 +148,18 @@ struct PoolBuf {
   uint64_t serial = 0;    // unique per buffer made (a lane's replayKey names it)
 };
 
+// A piece of VRAM kept on the device between launches (resident.cc): device-local memory mirroring
+// VRAM [base, base + size) at the same offsets, and which of its 4 KiB pages hold the VRAM's
+// current bytes. Pages become valid when a launch uploads them and stop being valid when the
+// engine writes those VRAM bytes some other way (InvalidateVram).
+struct Mirror {
+  uint64_t base = 0, size = 0;
+  VkDeviceMemory mem = VK_NULL_HANDLE;
+  VkBuffer buf = VK_NULL_HANDLE;
+  uint64_t serial = 0;          // unique per mirror made (a lane's replayKey names it)
+  std::vector<uint8_t> valid;   // per page
+};
+
 // Per-dispatch resources, reused: one lane is used by one job at a time.
 struct Lane {
   VkCommandPool cmdPool = VK_NULL_HANDLE;
@@ -222,6 +234,8 @@ struct Context {
   std::mutex poolMu;
   std::vector<PoolBuf> pool;         // idle buffers
   uint64_t poolBytes = 0;
+  std::mutex resMu;
+  std::vector<Mirror*> mirrors;      // resident VRAM (resident.cc), made at first use
 
   ~Context();
   Lane* AcquireLane(std::string* err);
@@ -319,6 +333,11 @@ struct DispatchInput {
   uint64_t generation = 0;
   // Whose way onto the device it takes (the VM: WayQueue, WayContext).
   uint32_t way = 0;
+  // Guest programs only: the VRAM offset of each binding's first byte (UINT64_MAX: not one
+  // contiguous VRAM range), and the bindings the guest marked DEVICE_CACHED (hw-spec §6.3): those
+  // run on the resident copy of their VRAM (resident.cc).
+  std::vector<uint64_t> vram;
+  uint32_t residentMask = 0;
 };
 // Pool thread: runs one launch. Returns 0, -EINVAL, -ECANCELED, -ELOOP, -ENODEV or -ENOMEM;
 // *ns = device time from timestamps (wall time without them).
@@ -335,6 +354,9 @@ struct ImportStats {
   std::atomic<uint64_t> warmUps{0};  // new pipelines dispatched once on the warm-up device (CPU devices)
   std::atomic<uint64_t> kSlices{0};  // first panels run as slices of k (KStream)
   std::atomic<uint64_t> replays{0};  // launches that submitted their lane's last command buffer again
+  // DEVICE_CACHED bindings: bytes found resident (not uploaded), bytes uploaded into a mirror,
+  // mirror bytes allocated, pages invalidated by engine writes.
+  std::atomic<uint64_t> residentBytes{0}, residentUploadBytes{0}, mirrorBytes{0}, residentDropped{0};
   std::atomic<uint64_t> computeNs{0};  // dispatch time from timestamps (first to last panel)
   // Where a dispatch's wall time goes on the pool thread (sums over `dispatches`): lane,
   // imports, staging and descriptors; recording; vkQueueSubmit; until the fence; timestamps
@@ -349,6 +371,22 @@ struct ImportStats {
 void NoteWindowMapped(uint64_t addr, uint64_t len, bool priv, bool transient);
 bool InsideTransientWindow(uint64_t start, uint64_t size);
 void NoteWindowUnmapped(uint64_t addr, uint64_t len);
+
+// ---- resident VRAM (resident.cc) ----
+// The VRAM's size (0: no residency); set by the engine when it opens the device.
+void SetResidentVram(uint64_t bytes);
+bool ResidencyOn(const Context& c);
+// Pages of VRAM [vstart, vstart + len) (page-aligned, inside one mirror's span) on c's mirror:
+// *m, and the runs to upload first (srcOffset relative to vstart, dstOffset in the mirror), which
+// are marked valid now. false: no mirror for it (out of memory, or outside the VRAM).
+bool PlanResident(Context& c, uint64_t vstart, uint64_t len, Mirror** m, std::vector<VkBufferCopy>* up);
+// Undo PlanResident's marks for runs that were never submitted.
+void UnplanResident(Context& c, Mirror* m, const std::vector<VkBufferCopy>& up);
+// The engine wrote VRAM [off, off + len) other than through c's mirrors: those pages are stale on
+// every context's mirror (except `keep`'s).
+void InvalidateVram(uint64_t off, uint64_t len, const Context* keep = nullptr);
+void InvalidateMirrors(Context& c, uint64_t off, uint64_t len);
+void FreeMirrors(Context& c);
 
 // ---- the device-memory path (staging.cc) ----
 // A host range the dispatch uses: imported (cached or per-dispatch), or a bounce buffer.

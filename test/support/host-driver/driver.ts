@@ -47,8 +47,9 @@ export interface ProgramLaunch {
   entry?: number;
   /** Workgroup counts, default 1×1×1. */
   grid?: [number, number, number];
-  /** Binding i = buffer i; readOnly sets BUFFER_FLAGS.READ_ONLY (the binding must be NonWritable). */
-  buffers: { va: number; length: number; readOnly?: boolean }[];
+  /** Binding i = buffer i; readOnly sets BUFFER_FLAGS.READ_ONLY (the binding must be NonWritable),
+   * cached BUFFER_FLAGS.DEVICE_CACHED (hw-spec 1.6). */
+  buffers: { va: number; length: number; readOnly?: boolean; cached?: boolean }[];
   /** Push constants (offset 0). */
   push?: Uint8Array;
   /** Specialization constants. */

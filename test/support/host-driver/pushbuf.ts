@@ -1,7 +1,7 @@
 // Pushbuffer encoder (hw-spec §5): method headers in the GF100 format, host methods and the
 // copy/compute launch sequences. Used by the host driver, the tests and the aggregator.
 import {
-  BUFFER_READ_ONLY, COMPUTE, COPY, HOST, LAUNCH, LAUNCH_PROGRAM, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
+  BUFFER_DEVICE_CACHED, BUFFER_READ_ONLY, COMPUTE, COPY, HOST, LAUNCH, LAUNCH_PROGRAM, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
 } from '../../../src/gpu/spec.ts';
 
 const TWO32 = 0x1_0000_0000;
@@ -55,7 +55,7 @@ export interface ProgramLaunchMethods {
   specVa?: number;
   specCount?: number;
   /** Binding i = buffer i. */
-  buffers: { va: number; length: number; readOnly?: boolean }[];
+  buffers: { va: number; length: number; readOnly?: boolean; cached?: boolean }[];
   semaphore?: SemaphoreRelease;
 }
 
@@ -174,7 +174,7 @@ export class Pushbuffer {
     this.inc(subch, COMPUTE.SPEC_VA_UPPER, hi8(sva), lo32(sva), k.specCount ?? 0);
     if (k.buffers.length > 0) {
       const words: number[] = [];
-      for (const b of k.buffers) words.push(hi8(b.va), lo32(b.va), b.length >>> 0, b.readOnly ? BUFFER_READ_ONLY : 0);
+      for (const b of k.buffers) words.push(hi8(b.va), lo32(b.va), b.length >>> 0, (b.readOnly ? BUFFER_READ_ONLY : 0) | (b.cached ? BUFFER_DEVICE_CACHED : 0));
       this.inc(subch, COMPUTE.BUFFER_BASE, ...words);
     }
     return this.inc(subch, COMPUTE.LAUNCH, (launchFlags(0, k.semaphore, this, subch, COMPUTE.SET_SEMAPHORE_A) | LAUNCH_PROGRAM) >>> 0);
