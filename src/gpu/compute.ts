@@ -123,7 +123,10 @@ function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i
   // What the job writes other than through a resident copy makes the resident copies of those
   // bytes stale (vram.ts written): dropped before it runs, and again when it is done.
   const vram = cp.core.vram;
-  const dirty = vram.written ? ranges.filter((r, i) => r.write && !resident(i)) : [];
+  const vramAt = ranges.map((r) => (r.extents.length === 1 && r.extents[0]!.fd === vram.fd ? r.extents[0]!.offset + r.offset : -1));
+  // A binding the device may keep resident drops its own stale copies (resident.cc), also when it
+  // falls back to staging; one that is not one VRAM range never runs resident.
+  const dirty = vram.written ? ranges.filter((r, i) => r.write && !(resident(i) && vramAt[i]! >= 0)) : [];
   for (const r of dirty) vram.wroteExtents(r.extents);
   const maps: WindowRef[] = [];
   const unmap = (): void => {
@@ -142,7 +145,7 @@ function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i
   return {
     windows: maps.map((m, i) => m.address + BigInt(ranges[i]!.offset)),
     lengths: ranges.map((r) => r.length),
-    vram: ranges.map((r) => (r.extents.length === 1 && r.extents[0]!.fd === vram.fd ? r.extents[0]!.offset + r.offset : -1)),
+    vram: vramAt,
     unmap,
   };
 }

@@ -68,6 +68,8 @@ describe('resident VRAM (DEVICE_CACHED bindings, device-memory path forced)', ()
 
   beforeAll(() => {
     process.env.VUGPU_VK_MEMORY = 'device';
+    // Mirrors of 64 KiB: bindings that straddle two are staged (the last test).
+    process.env.VUGPU_VK_RESIDENT_SPAN = String(64 << 10);
     backend = VulkanBackend.open(DEVICE);
     r = rig({ programs: backend, vramSize: 64 << 20 });
     add = r.drv.programBuffer(r.vm, glslBytes(ADD));
@@ -79,6 +81,7 @@ describe('resident VRAM (DEVICE_CACHED bindings, device-memory path forced)', ()
     r?.close();
     backend?.close();
     delete process.env.VUGPU_VK_MEMORY;
+    delete process.env.VUGPU_VK_RESIDENT_SPAN;
     native.vulkanReadTuning();
   });
 
@@ -150,6 +153,22 @@ describe('resident VRAM (DEVICE_CACHED bindings, device-memory path forced)', ()
     await run(O, P, 1);                               // P = O + 1, O from the device copy
     expectAll(P, (i) => 5 * i + 12);
     expect(stats().residentUploadBytes - s0.residentUploadBytes).toBe(BYTES); // only P's pages
+  });
+
+  it('a DEVICE_CACHED binding that straddles two mirrors is staged, and what it writes is not stale on the mirror', async () => {
+    // s: 16 KiB of a 128 KiB buffer across a 64 KiB boundary of VRAM; t: the 16 KiB before the
+    // boundary, inside one mirror, its second half s's first half.
+    const big = r.drv.vramBuffer(r.vm, 128 << 10);
+    const off = Math.ceil((big.addr + 16384) / 65536) * 65536 - 8192 - big.addr;
+    const sub = (o: number): Buf => ({ va: big.va + o, addr: big.addr + o, u32: new Uint32Array(big.u8.buffer, big.u8.byteOffset + o, N) });
+    const s = sub(off), t = sub(off - 8192);
+    expect(Math.floor(s.addr / 65536)).not.toBe(Math.floor((s.addr + BYTES - 1) / 65536));
+    expect(Math.floor(t.addr / 65536)).toBe(Math.floor((t.addr + BYTES - 1) / 65536));
+    big.u8.fill(0);
+    await run(t, O, 0);                               // t resident: zeros
+    await run(A, s, 7);                               // s = A + 7, staged (it straddles)
+    await run(t, O, 0);                               // t from the mirror: must not be stale
+    expectAll(O, (i) => (i < N / 2 ? 0 : A.u32[i - N / 2]! + 7));
   });
 
   it('a scrub of the VRAM (a slice freed for another VM) drops the device copy: the next tenant sees zeros', async () => {

@@ -76,6 +76,9 @@ struct Run {
   KStreamPlan ks;
   bool panelPair = false;    // two panels where the panel rule gave one (PanelCount)
   bool abandoned = false;    // lost: nothing is freed or reused
+  // VRAM [offset, +length) that DEVICE_CACHED bindings wrote through the staged path (plan.cc,
+  // NoteStagedWrites): resident copies are dropped again when the launch is done.
+  std::vector<std::pair<uint64_t, uint64_t>> staleVram;
   // Timestamp queries (GPUs). On a CPU device each timestamp is an llvmpipe scene flush run by
   // its rasterizer threads: the two cost an empty launch more than half its time, and measure the
   // same CPU clock the launch's own wait does (see CpuDeviceNs).

@@ -61,6 +61,7 @@ Napi::Object TuningObject(Napi::Env env, const vk::Tuning& t) {
   o.Set("FILL_EACH_PANEL", t.fillEachPanel);
   o.Set("NO_REPLAY", t.noReplay);
   o.Set("NO_RESIDENT", t.noResident);
+  o.Set("RESIDENT_SPAN", double(t.residentSpan));
   o.Set("SPIN_US", double(t.spinUs));
   return o;
 }

@@ -102,6 +102,18 @@ int AcquireZeroCopy(Run& R) {
   return 0;
 }
 
+// Resident copies of the VRAM the group's writable members write through the staged path are
+// stale: dropped on every context now; g.staleVram keeps the ranges for the drop at the end.
+void NoteStagedWrites(Run& R, Group& g) {
+  const DispatchInput& in = R.in;
+  for (size_t i : g.members) {
+    const uint32_t b = R.prog.setBindings[i];
+    if (!R.writable[i] || b >= in.vram.size() || in.vram[b] == UINT64_MAX) continue;
+    InvalidateVram(in.vram[b], in.lengths[b]);
+    R.staleVram.emplace_back(in.vram[b], in.lengths[b]);
+  }
+}
+
 // The VRAM offset of g.start when the group can run on the resident copy of its VRAM
 // (resident.cc): every member DEVICE_CACHED and one contiguous VRAM range, the same for all
 // members (their windows' offsets to the VRAM agree). UINT64_MAX otherwise.
@@ -167,6 +179,10 @@ int AcquireStaged(Run& R) {
       }
       g.mir = nullptr;
       g.resUp.clear();
+      // Marked DEVICE_CACHED but staged (spans two mirrors, aliased with other bindings, no
+      // memory): the engine did not drop resident copies of what it writes (src/gpu/compute.ts),
+      // so this launch does, now and when it is done (WaitAndFinish).
+      NoteStagedWrites(R, g);
     }
     const bool transient = bounceTransient && InsideTransientWindow(g.start, size);
     VkResult r = transient ? VK_ERROR_FEATURE_NOT_PRESENT : AcquireImport(c, g.start, size, &g.imp);

@@ -146,16 +146,19 @@ int RecordOne(Run& R, const VkCommandBufferBeginInfo& bi) {
   // Nothing staged (a launch without buffers): no copies, so no barriers around them.
   const bool copies = R.c.info.staging && !R.groups.empty();
   if (copies) {
-    bool resUp = false;
-    for (const Group& g : R.groups) resUp = resUp || !g.resUp.empty();
-    // Uploads into a mirror after the queue's earlier launches on it: their compute and
-    // write-backs (same queue: the VM's way) are done with those pages first.
-    if (resUp) {
+    bool mirrored = false;
+    for (const Group& g : R.groups) mirrored = mirrored || g.mir != nullptr;
+    // A mirror outlives the launch: the queue's earlier launches (the VM's way) wrote it in their
+    // shaders and read it in their write-backs. Their writes are made visible to this launch's
+    // uploads and shaders, and its uploads wait for their reads.
+    if (mirrored) {
       VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-      mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                         VK_ACCESS_TRANSFER_WRITE_BIT;
       f.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                             VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                             nullptr, 0, nullptr);
     }
     for (const Group& g : R.groups) {
       if (g.mir) {

@@ -4,7 +4,7 @@
 // launch: llama.cpp reads each weight once per token, so the whole model crossed PCIe per token.
 //
 // A mirror is device memory at the VRAM's own offsets, one per 1 GiB of VRAM a context's launches
-// touch (a binding never spans two: it then takes the per-launch path). Its pages are valid when
+// touch (a binding never spans two: it then takes the per-launch path; VUGPU_VK_RESIDENT_SPAN). Its pages are valid when
 // a launch has uploaded them from the VRAM; a launch's writes land in the mirror and are written
 // back to the VRAM in the same command buffer (write-through), so the VRAM (BAR1, the copy
 // engine, a restart's keeper) always holds the bytes and the mirror stays valid after writes.
@@ -27,7 +27,7 @@ namespace vugpu::vk {
 namespace {
 
 std::atomic<uint64_t> g_vramBytes{0};
-constexpr uint64_t kSpan = 1ull << 30;  // VRAM per mirror
+std::atomic<uint64_t> g_span{1ull << 30};  // VRAM per mirror (Tuning::residentSpan)
 constexpr uint64_t kPage = 4096;
 
 void DestroyMirror(Context& c, Mirror* m) {
@@ -45,7 +45,7 @@ Mirror* GetMirror(Context& c, uint64_t base) {
   if (base >= vram || c.devMemType == UINT32_MAX) return nullptr;
   auto* m = new Mirror();
   m->base = base;
-  m->size = std::min(kSpan, vram - base);
+  m->size = std::min(g_span.load(), vram - base);
   if (CreateBufferRaw(c, m->size,
                       VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                           VK_BUFFER_USAGE_TRANSFER_DST_BIT,
@@ -79,7 +79,11 @@ Mirror* GetMirror(Context& c, uint64_t base) {
 
 }  // namespace
 
-void SetResidentVram(uint64_t bytes) { g_vramBytes.store(bytes); }
+void SetResidentVram(uint64_t bytes) {
+  // Mirrors of an earlier span stay usable: they are found by their base and hold their size.
+  g_span.store(Tune().residentSpan);
+  g_vramBytes.store(bytes);
+}
 
 bool ResidencyOn(const Context& c) {
   return g_vramBytes.load() != 0 && c.info.staging && !Tune().noResident && c.info.importAlign <= kPage &&
@@ -87,9 +91,10 @@ bool ResidencyOn(const Context& c) {
 }
 
 bool PlanResident(Context& c, uint64_t vstart, uint64_t len, Mirror** out, std::vector<VkBufferCopy>* up) {
-  if (len == 0 || vstart % kPage || len % kPage || vstart / kSpan != (vstart + len - 1) / kSpan) return false;
+  const uint64_t span = g_span.load();
+  if (len == 0 || vstart % kPage || len % kPage || vstart / span != (vstart + len - 1) / span) return false;
   std::lock_guard<std::mutex> lk(c.resMu);
-  Mirror* m = GetMirror(c, vstart / kSpan * kSpan);
+  Mirror* m = GetMirror(c, vstart / span * span);
   if (!m || vstart + len > m->base + m->size) return false;
   up->clear();
   const uint64_t p0 = (vstart - m->base) / kPage, p1 = p0 + len / kPage;

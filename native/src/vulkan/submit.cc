@@ -231,6 +231,7 @@ int WaitAndFinish(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   if (status == spirv::STATUS_LOOP_LIMIT) st = -ELOOP;
   else if (status == spirv::STATUS_CANCELLED || cancelled) st = -ECANCELED;
   if (di.staging) CopyBouncedBack(R);
+  for (auto& [off, len] : R.staleVram) InvalidateVram(off, len);
   // Device time charged to the VM: the compute (timestamps); with device memory, the whole
   // submission from upload to write-back, since the copy engines worked for it too.
   if (!haveTs && di.cpuDevice && !di.staging) {

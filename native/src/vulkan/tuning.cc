@@ -76,6 +76,12 @@ const Tuning& ReadTuning() {
   t->fillEachPanel = On("VUGPU_VK_FILL_EACH_PANEL");
   t->noReplay = On("VUGPU_VK_NO_REPLAY");
   t->noResident = On("VUGPU_VK_NO_RESIDENT");
+  {
+    const uint64_t s = Count("VUGPU_VK_RESIDENT_SPAN", t->residentSpan);
+    if (s >= (64u << 10) && (s & (s - 1)) == 0) t->residentSpan = s;
+    else fprintf(stderr, "vugpu: VUGPU_VK_RESIDENT_SPAN=%llu is not a power of two of at least 64 KiB: %llu used\n",
+                 (unsigned long long)s, (unsigned long long)t->residentSpan);
+  }
   t->spinUs = Count("VUGPU_VK_SPIN_US", t->spinUs);
   g_tune.store(t, std::memory_order_release);
   return *t;
@@ -115,6 +121,7 @@ std::string TuningText(const Tuning& t) {
   flag("VUGPU_VK_FILL_EACH_PANEL", t.fillEachPanel, d.fillEachPanel);
   flag("VUGPU_VK_NO_REPLAY", t.noReplay, d.noReplay);
   flag("VUGPU_VK_NO_RESIDENT", t.noResident, d.noResident);
+  num("VUGPU_VK_RESIDENT_SPAN", t.residentSpan, d.residentSpan);
   num("VUGPU_VK_SPIN_US", t.spinUs, d.spinUs);
   return s;
 }
