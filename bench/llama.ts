@@ -27,7 +27,7 @@
 //                       [--rounds 3] [--tenants 8] [--sides native,vugpu[,guest]] [--type q8_0]
 //                       [--modules DIR] [--model-dir DIR] [--native-icd FILE] [--icd FILE]
 //                       [--deadline-s S] [--timeout-s S] [--ready-timeout-s S]
-//                       [--flash-attention auto|on|off]
+//                       [--flash-attention auto|on|off] [--native-features full|vugpu]
 //                       [--watchdog-ms N] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
 // --quick: the tiny shape, a 64-token prompt, 16 tokens (this 2-core host with lavapipe).
 // The guest side runs the application image's model (/opt/models/tiny.gguf: shape tiny, f32,
@@ -68,6 +68,7 @@ try {
       sides: { type: 'string', default: 'native,vugpu' }, type: { type: 'string', default: 'q8_0' },
       modules: { type: 'string' }, 'model-dir': { type: 'string' }, 'native-icd': { type: 'string' }, icd: { type: 'string' },
       'deadline-s': { type: 'string' }, 'timeout-s': { type: 'string', default: '600' }, 'flash-attention': { type: 'string' },
+      'native-features': { type: 'string', default: 'full' },
       device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
       'watchdog-ms': { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
       'guest-ready-timeout-s': { type: 'string', default: '900' },
@@ -103,6 +104,12 @@ const SIDES: readonly Side[] = ['native', 'vugpu', 'guest'];
 const sides = str('sides')!.split(',').filter(Boolean) as Side[];
 for (const s of sides) if (!SIDES.includes(s)) usage(`--sides takes native, vugpu and/or guest, not ${s}`);
 const flash = str('flash-attention');
+// --native-features vugpu: the native side leaves out what vugpu's driver does not advertise
+// (cooperative matrices, integer dot products, bf16), so both sides run the same ggml shaders and
+// must produce the same token ids; `full` (the default) is the card as users run it, where other
+// shaders may round differently and greedy ids part after a while on random weights.
+const nativeFeatures = str('native-features') ?? 'full';
+if (nativeFeatures !== 'full' && nativeFeatures !== 'vugpu') usage(`--native-features must be full or vugpu, got '${nativeFeatures}'`);
 if (flash !== undefined && !['auto', 'on', 'off'].includes(flash)) usage(`--flash-attention takes auto, on or off, not ${flash}`);
 // the guest's worker loads the application image's model with the worker's own defaults
 if (sides.includes('guest') && (shapes.join() !== 'tiny' || wtype !== 'f32')) {
@@ -396,6 +403,10 @@ async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ serv
   if (watchdogMs !== undefined) args.push('--watchdog-ms', String(watchdogMs));
   for (let i = 1; i < vms; i++) args.push('--vm', `name=${vmName(i)},socket=${sockets[i]},mode=fv`);
   const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000 });
+  // VUGPU_BENCH_SERVER_LOG=FILE: the server's output is appended there when the bench exits
+  // (diagnosis on a GPU host, where only files come back).
+  const logTo = process.env.VUGPU_BENCH_SERVER_LOG;
+  if (logTo) process.on('exit', () => fs.appendFileSync(logTo, server.output.join('')));
   const end = performance.now() + 30_000;
   while (!sockets.every((s) => fs.existsSync(s))) {
     if (performance.now() > end || !server.alive) throw new Error(`not every VM socket appeared\n${server.tail()}`);
@@ -705,7 +716,10 @@ function twinEnv(icd: string, socket: string): Record<string, string> {
 }
 function nativeEnv(icd: string): Record<string, string> {
   // ggml-vulkan skips CPU-type devices (lavapipe) unless named
-  return { VK_DRIVER_FILES: icd, VK_ICD_FILENAMES: icd, GGML_VK_VISIBLE_DEVICES: '0' };
+  const same: Record<string, string> = nativeFeatures === 'vugpu'
+    ? { GGML_VK_DISABLE_COOPMAT: '1', GGML_VK_DISABLE_COOPMAT2: '1', GGML_VK_DISABLE_INTEGER_DOT_PRODUCT: '1', GGML_VK_DISABLE_BFLOAT16: '1' }
+    : {};
+  return { VK_DRIVER_FILES: icd, VK_ICD_FILENAMES: icd, GGML_VK_VISIBLE_DEVICES: '0', ...same };
 }
 
 // ---------------------------------------------------------------- main
@@ -717,7 +731,7 @@ async function main(): Promise<number> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-'));
   const result: Record<string, unknown> = {
     complete: false,
-    config: { watchdogMs: watchdogMs ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
+    config: { watchdogMs: watchdogMs ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
       loadAvgAtStart: os.loadavg().map((x) => +x.toFixed(2)) },
     oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, guestCounts: {} as Record<string, unknown>,
     tenants: {} as Record<string, unknown>,

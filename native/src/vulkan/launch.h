@@ -123,6 +123,11 @@ int PlanLaunch(Run& R);
 void PanelRegions(const Run& R, const Group& g, uint32_t p, uint32_t panels, uint32_t rowsPer, bool down,
                   std::vector<VkBufferCopy>* out, std::vector<VkBufferCopy>* fills = nullptr);
 
+// ---- resident.cc ----
+// VUGPU_VK_RESIDENT_CHECK: the group's resident pages (those it does not upload) copied back and
+// compared with the VRAM at vstart; a difference is logged to stderr.
+void CheckResident(Run& R, const Group& g, uint64_t vstart);
+
 // ---- record.cc ----
 // The lane's two descriptor sets for prog: set 0 binds infos[i] at prog.setBindings[i], set 1
 // the lane's control words (cancel, status). false if the lane's pool could not allocate them.

@@ -151,6 +151,7 @@ int AcquireStaged(Run& R) {
       const uint64_t vs = ResidentStart(R, g);
       if (vs != UINT64_MAX && PlanResident(c, vs, size, &g.mir, &g.resUp)) {
         g.mirOff = vs - g.mir->base;
+        if (R.t.residentCheck) CheckResident(R, g, vs);
         bool writes = false;
         for (size_t i : g.members) writes = writes || R.writable[i];
         for (const VkBufferCopy& x : g.resUp) GetImportStats().residentUploadBytes += x.size;

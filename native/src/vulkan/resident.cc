@@ -19,6 +19,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "launch.h"
 #include "tuning.h"
 #include "vk.h"
 
@@ -133,6 +134,62 @@ void InvalidateMirrors(Context& c, uint64_t off, uint64_t len) {
     }
     GetImportStats().residentDropped += dropped;
   }
+}
+
+void CheckResident(Run& R, const Group& g, uint64_t vstart) {
+  Context& c = R.c;
+  const DeviceFns& f = c.fn;
+  const uint64_t size = g.end - g.start;
+  if (!g.resUp.empty()) return;  // only groups wholly resident: those read nothing fresh
+  PoolBuf tmp;
+  if (AcquirePoolBuf(c, size, true, &tmp) != VK_SUCCESS) return;
+  // The lane's command buffer, before the launch records into it (its replay is given up).
+  R.lane->replayKey.clear();
+  f.vkResetCommandPool(c.device, R.lane->cmdPool, 0);
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  f.vkBeginCommandBuffer(R.lane->cmd, &bi);
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+  f.vkCmdPipelineBarrier(R.lane->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  VkBufferCopy x{g.mirOff, 0, size};
+  f.vkCmdCopyBuffer(R.lane->cmd, g.mir->buf, tmp.buf, 1, &x);
+  mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  f.vkCmdPipelineBarrier(R.lane->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                         nullptr, 0, nullptr);
+  f.vkEndCommandBuffer(R.lane->cmd);
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &R.lane->cmd;
+  f.vkResetFences(c.device, 1, &R.lane->fence);
+  VkResult r;
+  {
+    const QueueRef& q = c.WayQueue(R.in.way);
+    std::lock_guard<std::mutex> lk(*q.mu);
+    r = f.vkQueueSubmit(q.queue, 1, &si, R.lane->fence);
+  }
+  if (r == VK_SUCCESS) r = f.vkWaitForFences(c.device, 1, &R.lane->fence, VK_TRUE, 10'000'000'000ull);
+  f.vkResetFences(c.device, 1, &R.lane->fence);
+  if (r == VK_SUCCESS) {
+    const uint8_t* dev = static_cast<const uint8_t*>(tmp.map);
+    const uint8_t* host = reinterpret_cast<const uint8_t*>(uintptr_t(g.start));
+    uint64_t first = UINT64_MAX, diff = 0;
+    if (memcmp(dev, host, size) != 0)
+      for (uint64_t o = 0; o < size; o++) {
+        if (dev[o] == host[o]) continue;
+        if (first == UINT64_MAX) first = o;
+        diff++;
+      }
+    if (diff)
+      fprintf(stderr, "vugpu: resident check: program %llu grid %ux%ux%u: VRAM 0x%llx+%llu: %llu bytes differ from the mirror, first at +%llu (mirror %02x, VRAM %02x); members %zu\n",
+              (unsigned long long)R.prog.serial, R.in.grid[0], R.in.grid[1], R.in.grid[2], (unsigned long long)vstart,
+              (unsigned long long)size, (unsigned long long)diff, (unsigned long long)first, dev[first], host[first],
+              g.members.size());
+  }
+  ReleasePoolBuf(c, tmp);
 }
 
 void FreeMirrors(Context& c) {

@@ -76,6 +76,7 @@ const Tuning& ReadTuning() {
   t->fillEachPanel = On("VUGPU_VK_FILL_EACH_PANEL");
   t->noReplay = On("VUGPU_VK_NO_REPLAY");
   t->noResident = On("VUGPU_VK_NO_RESIDENT");
+  t->residentCheck = On("VUGPU_VK_RESIDENT_CHECK");
   {
     const uint64_t s = Count("VUGPU_VK_RESIDENT_SPAN", t->residentSpan);
     if (s >= (64u << 10) && (s & (s - 1)) == 0) t->residentSpan = s;
@@ -122,6 +123,7 @@ std::string TuningText(const Tuning& t) {
   flag("VUGPU_VK_NO_REPLAY", t.noReplay, d.noReplay);
   flag("VUGPU_VK_NO_RESIDENT", t.noResident, d.noResident);
   num("VUGPU_VK_RESIDENT_SPAN", t.residentSpan, d.residentSpan);
+  flag("VUGPU_VK_RESIDENT_CHECK", t.residentCheck, d.residentCheck);
   num("VUGPU_VK_SPIN_US", t.spinUs, d.spinUs);
   return s;
 }

@@ -83,6 +83,9 @@ struct Tuning {
   // VUGPU_VK_RESIDENT_SPAN: VRAM bytes per mirror (a power of two, at least 64 KiB); a binding
   // across two mirrors is staged. Large, so that few bindings straddle (tests make it small).
   uint64_t residentSpan = 1ull << 30;
+  // VUGPU_VK_RESIDENT_CHECK=1: before a launch uses resident pages, copy them back and compare
+  // them with the VRAM; a difference is logged (diagnosis: a write the engine did not report).
+  bool residentCheck = false;
   // Polling of a GPU's fence before the first blocking wait (VUGPU_VK_SPIN_US): a GPU ends short
   // launches sooner than the driver's sleep wakes up (docs/results.md). Never on a CPU device,
   // whose threads need the cores.
