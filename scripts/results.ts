@@ -121,6 +121,14 @@ export function headlineTable(rs: ResultFile[]): string {
       `(p90 ${sig(p('upgrade').p90)}); crash p50 ${sig(p('crash').p50)} ms (p90 ${sig(p('crash').p90)}) | ${link(rst, 'surviving-a-restart-npm-run-benchrestart')} |`);
   }
 
+  const ll = rs.find((r) => r.bench === 'llama' && r.name === 'h200-same');
+  const lt = ll?.data.oneTenant?.['135m'];
+  if (ll && lt?.ratio?.gen) {
+    rows.push(`| llama.cpp 135m q8_0 through vugpu's Vulkan driver on an H200 (native twin, one tenant, ${lt.rounds} rounds) | ` +
+      `generation ${sig(lt.ratio.gen.median)}× native (${sig(lt.vugpu.genTps)} against ${sig(lt.native.genTps)} tokens/s); prompt ${sig(lt.ratio.prompt.median)}× | ` +
+      `${link(ll, 'llamacpp-on-the-h200-with-resident-vram-issue-32')} |`);
+  }
+
   return ['| What | Result | Measured in |', '|---|---|---|', ...rows].join('\n');
 }
 
