@@ -532,6 +532,9 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
       if (full.includes('native') && full.includes('guest')) res.guestRatio = { prompt: ratio('guest', 'promptTps'), gen: ratio('guest', 'genTps') };
     }
     res.tokens = ref.native ?? ref.vugpu ?? ref.guest;
+    // Each side's own ids: the tenants phase checks every stream against its side's (sharing must
+    // change no result, whatever the sides' shaders round).
+    res.tokensBySide = ref;
     if (w.guest && !sideErrors.guest) {
       // the guest's counts from the server's counters while the other sides are idle
       log(`${shape}: guest counts…`);
@@ -614,8 +617,8 @@ async function countsOf(shape: string, w: LlamaWorker, vm: string) {
   };
 }
 
-async function manyTenants(shape: string, model: string, modules: string, icd: string, native: string, tmp: string, ref: number[] | undefined,
-  useSides: string[]) {
+async function manyTenants(shape: string, model: string, modules: string, icd: string, native: string, tmp: string,
+  refs: Record<string, number[]> | undefined, useSides: string[]) {
   const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
   const res: Record<string, unknown> = { shape, tenants, promptTokens, genTokens, rounds };
   const groups: Partial<Record<'native' | 'vugpu', Worker[]>> = {};
@@ -669,6 +672,7 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
           await drop(k, e);
           continue;
         }
+        const ref = refs?.[k];
         for (const g of gens) if (ref && g.tokens.join() !== ref.join()) wrong++; else verified++;
         per[k]!.push({
           genTpsSum: gens.reduce((a, g) => a + tps(genTokens - 1, g.genMs), 0),
@@ -692,7 +696,7 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
         wall: spread(per.native!.map((x, i) => per.vugpu![i]!.wallTps / x.wallTps)),
       };
     }
-    res.streams = { verified, wrong, against: ref ? 'the one-tenant run\'s tokens' : 'nothing (no one-tenant reference)' };
+    res.streams = { verified, wrong, against: refs ? 'each side\'s own one-tenant tokens' : 'nothing (no one-tenant reference)' };
     res.note = 'genTpsSum: the tenants\' generation tokens/s summed (each over its own generation); wallTps: tenants × tokens over the wall time of the round (prompts included)';
     return res;
   } catch (e) {
@@ -785,7 +789,7 @@ async function main(): Promise<number> {
       const useSides = sides.filter((sd) => sd !== 'guest' && !oneFailed.includes(sd));
       for (const sd of oneFailed.filter((x) => x !== 'guest')) (result.skipped as string[]).push(`${shape}: ${tenants} tenants, ${sd}: it failed with one tenant`);
       const many = useSides.length === 0 ? undefined : await phase(`${shape}: ${tenants} tenants`, 60,
-        () => manyTenants(shape, model, modules, icd, native, tmp, one?.tokens as number[] | undefined, useSides), result.tenants as Record<string, unknown>, shape);
+        () => manyTenants(shape, model, modules, icd, native, tmp, one?.tokensBySide as Record<string, number[]> | undefined, useSides), result.tenants as Record<string, unknown>, shape);
       if (!many || (many.streams as { wrong: number }).wrong > 0 || Object.keys(many.sideErrors as object).length) failed = true;
     }
   }
