@@ -152,7 +152,8 @@ function mapBuffers(cp: ClassContext, ch: ChannelState, count: number, write: (i
 
 // ---- programs (hw-spec §6.3) ----
 
-/** The module a channel launched last: a relaunch of the same bytes skips hashing. */
+/** A module a channel launched recently: a relaunch of the same bytes skips hashing (SHA-256 of a
+ * module of tens of KiB costs more than the rest of the launch path). */
 interface LastProgram {
   owner: number;
   module: Uint8Array;
@@ -160,7 +161,34 @@ interface LastProgram {
   spec: Uint8Array;
   key: string;
 }
-const lastProgram = new WeakMap<ChannelState, LastProgram>();
+/** Per channel, the modules of its recent launches by where they were (VA, length, entry):
+ * applications alternate between tens of pipelines (llama.cpp: ~20 per token), so the last one
+ * alone would miss at almost every launch. The bytes are still compared at every launch (the
+ * guest may rewrite them); the copies are bounded per channel. */
+const recentPrograms = new WeakMap<ChannelState, Map<string, LastProgram>>();
+const RECENT_PROGRAM_BYTES = 8 << 20;
+
+function recentProgram(ch: ChannelState, where: string, owner: number, module: Uint8Array, entry: number, spec: Uint8Array): LastProgram {
+  let m = recentPrograms.get(ch);
+  if (!m) recentPrograms.set(ch, (m = new Map()));
+  const hit = m.get(where);
+  if (hit && hit.owner === owner && hit.entry === entry && sameBytes(hit.module, module) && sameBytes(hit.spec, spec)) {
+    m.delete(where); // most recent last: the first entry is the one to evict
+    m.set(where, hit);
+    return hit;
+  }
+  const last = { owner, module: module.slice(), entry, spec: spec.slice(), key: ProgramCache.key(module, entry, spec) };
+  m.delete(where);
+  m.set(where, last);
+  let bytes = 0;
+  for (const v of m.values()) bytes += v.module.length;
+  for (const [w, v] of m) {
+    if (bytes <= RECENT_PROGRAM_BYTES || v === last) break;
+    bytes -= v.module.length;
+    m.delete(w);
+  }
+  return last;
+}
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && Buffer.compare(a, b) === 0;
@@ -204,12 +232,7 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
 
   // Step 3: the owner's compiled program, or a compile beside the device.
   const entry = k.progEntry;
-  let last = lastProgram.get(ch);
-  if (!last || last.owner !== ch.owner || last.entry !== entry || !sameBytes(last.module, module) || !sameBytes(last.spec, spec)) {
-    last = { owner: ch.owner, module: module.slice(), entry, spec: spec.slice(), key: ProgramCache.key(module, entry, spec) };
-    lastProgram.set(ch, last);
-  }
-  const l = last;
+  const l = recentProgram(ch, `${progVa}:${len}:${entry}`, ch.owner, module, entry, spec);
   const resume = cp.waitProgram(ch);
   const prog: Program = cache.lookup(ch.owner, l.key, () => words(l.module), entry, words(l.spec),
     (_p, compileNs) => resume(compileNs, () => launch(cp, ch, flags)));

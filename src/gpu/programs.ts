@@ -155,7 +155,11 @@ export class ProgramCache {
 
   /** The cache key: module content, entry point and specialization (a different specialization
    * is a different pipeline, as in Vulkan). */
+  /** Modules hashed by key() since the process started (the launch path avoids it: compute.ts). */
+  static hashes = 0;
+
   static key(module: Uint8Array, entry: number, spec: Uint8Array): string {
+    ProgramCache.hashes++;
     const h = createHash('sha256');
     h.update(module);
     h.update(new Uint8Array(new Uint32Array([entry]).buffer));

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { GpuError } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
+import { ProgramCache } from '../../src/gpu/programs.ts';
 import { CHAN_ERR, PROG_REASON } from '../../src/gpu/spec.ts';
 import { rig, type Rig } from './helpers.ts';
 import { BUILTIN_OWNER, builtinKey, builtinWords } from '../../src/gpu/builtin-programs.ts';
@@ -182,6 +183,36 @@ describe.skipIf(!haveBackend)('a device reset and the program cache', () => {
   // A reset (a pt client gone) forgets the guest's programs — the next tenant must compile its
   // own — but keeps the host's built-ins compiled: recompiling them per client cost each first
   // launch of a built-in ~0.1–0.2 s on the H100.
+  it('alternating modules are recognised without a compile; a module rewritten in place compiles anew', async () => {
+    const adder = (k: number) => glsl(`#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer O { uint o[]; };
+void main() { o[gl_GlobalInvocationID.x] += ${k}u; }`);
+    const one = adder(5), two = adder(6), three = adder(7);
+    expect([two.length, three.length]).toEqual([one.length, one.length]);  // rewritten in place below
+    const m1 = r.drv.programBuffer(r.vm, one), m2 = r.drv.programBuffer(r.vm, two);
+    const o = r.vram(256);
+    const run = (m: typeof m1) => r.ch.launchProgram(m, { grid: [1, 1, 1], buffers: [{ va: o.va, length: 256 }] });
+    const cache = r.engine.cp.programs!;
+    await run(m1);
+    await run(m2);
+    const c0 = cache.stats.compiles, h0 = cache.stats.hits, k0 = ProgramCache.hashes;
+    for (let i = 0; i < 4; i++) {
+      await run(m1);
+      await run(m2);
+    }
+    expect(cache.stats.compiles - c0).toBe(0);
+    expect(cache.stats.hits - h0).toBe(8);
+    expect(ProgramCache.hashes - k0).toBe(0);  // found by where they are, their bytes compared
+    expect(o.u32[5]).toBe(55);  // 5 + 6, five times
+    m1.buffer.u8.set(three);    // the guest rewrites the first module's bytes
+    await run(m1);
+    expect(ProgramCache.hashes - k0).toBe(1);
+    expect(cache.stats.compiles - c0).toBe(1);
+    expect(o.u32[5]).toBe(62);
+    r.engine.dropOwner(0);  // the next test counts the cache from none of this owner's programs
+  });
+
   it("drops the guest's programs and keeps the built-ins", async () => {
     const cache = r.engine.cp.programs!;
     const compiled = (owner: number, key: string, words: () => Uint32Array): Promise<void> =>
