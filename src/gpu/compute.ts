@@ -254,7 +254,10 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   const mapped = mapBuffers(cp, ch, k.bufferCount, (i) => (k.buffers[4 * i + 3]! & BUFFER_READ_ONLY) === 0,
     (i) => ((resident >>> i) & 1) === 1);
   if (!mapped) return STOP;
-  for (let i = 0; i < k.bufferCount; i++) if (mapped.vram[i]! < 0) resident &= ~(1 << i);
+  for (let i = 0; i < k.bufferCount; i++) {
+    if (mapped.vram[i]! < 0) resident &= ~(1 << i);
+    else if ((resident >>> i) & 1) cp.core.vram.markResident(mapped.vram[i]!, k.buffers[4 * i + 2]!);
+  }
   const push = params.length > entryInfo.pushBytes ? params.slice(0, entryInfo.pushBytes) : params.slice();
   const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number], way: ch.owner,
     ...(resident !== 0 ? { vram: mapped.vram, resident } : {}) };

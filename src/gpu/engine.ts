@@ -113,7 +113,7 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
     if (opts.programs) {
       this.cp.programs = new ProgramCache(opts.programs, { perOwner: opts.programsPerOwner });
       this.cp.windows.readOnly = opts.programs.readOnlyWindows ?? 'private';
-      this.vram.written = opts.programs.keepVram?.(this.vram.size) ?? null;
+      this.vram.keepResident(opts.programs.keepVram?.(this.vram.size) ?? null);
     }
     this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
     const timesliceMs = opts.timesliceMs ?? DEFAULT_TIMESLICE_MS;
@@ -326,7 +326,7 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
   close(): void {
     this.fifo.reset();
     if (this.vram.written) this.cp.programs?.backend.releaseVram?.();
-    this.vram.written = null;
+    this.vram.keepResident(null);
     this.cp.programs?.close();
     this.cp.close();
     jobPool.setCompletionPoll(this, 0);

@@ -4,6 +4,8 @@ import { fstatSync } from 'node:fs';
 import { native } from '../native.ts';
 import { ENXIO } from './spec.ts';
 
+const GRANULE = 64 << 10;
+
 export class Vram {
   readonly fd: number;
   readonly size: number;
@@ -14,6 +16,38 @@ export class Vram {
    * built-ins, semaphores, scrubs): a program device that keeps VRAM on the GPU drops its copy
    * of those bytes (native/src/vulkan/resident.cc). Unset: nothing keeps VRAM. */
   written: ((offset: number, length: number) => void) | null = null;
+  /** 64 KiB granules a DEVICE_CACHED binding has covered: only writes there can be resident
+   * (a semaphore release, most copies, are not), and only those reach the device (written). */
+  private resident: Uint8Array | null = null;
+
+  /** Keep resident copies with `drop` told of engine writes to granules marked by markResident;
+   * null: nothing is kept. */
+  keepResident(drop: ((offset: number, length: number) => void) | null): void {
+    if (!drop) {
+      this.resident = null;
+      this.written = null;
+      return;
+    }
+    const g = new Uint8Array(Math.ceil(this.size / GRANULE));
+    this.resident = g;
+    this.written = (offset, length) => {
+      const last = Math.min(g.length - 1, Math.floor((offset + length - 1) / GRANULE));
+      for (let i = Math.floor(offset / GRANULE); i <= last; i++) {
+        if (g[i]) {
+          drop(offset, length);
+          return;
+        }
+      }
+    };
+  }
+
+  /** A DEVICE_CACHED binding covers [offset, offset + length): its granules may be resident. */
+  markResident(offset: number, length: number): void {
+    const g = this.resident;
+    if (!g || length <= 0) return;
+    const last = Math.min(g.length - 1, Math.floor((offset + length - 1) / GRANULE));
+    for (let i = Math.floor(offset / GRANULE); i <= last; i++) g[i] = 1;
+  }
 
   /** adoptFd: an existing VRAM memfd (a restart adopts it from the fd keeper; its contents,
    * shadow tables included, are the VRAM); the Vram owns it from then on. */
