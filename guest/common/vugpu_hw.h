@@ -63,6 +63,7 @@
 /* §3.10 PPROG: program limits (hw-spec 1.1), read-only, read once at probe */
 #define VG_PPROG_VERSION 0x00b000
 #define VG_PPROG_VERSION_1_0 0x00010000u
+#define VG_PPROG_VERSION_1_1 0x00010001u /* hw-spec 1.6: BUFFER_FLAGS.DEVICE_CACHED */
 #define VG_PPROG_MAX_MODULE_BYTES 0x00b004
 #define VG_PPROG_MAX_BINDINGS 0x00b008
 #define VG_PPROG_MAX_PUSH_BYTES 0x00b00c

@@ -595,8 +595,10 @@ static int bindings(struct ctx *x)
 		e = pexp(x, PBAD, R(BUFFER));
 		ok &= case_launch(x, &j, "binding_va_misaligned", &l, &e);
 	}
+	/* bit 1 is DEVICE_CACHED since hw-spec 1.6 (PROG_VERSION 0x00010001): the first bit still
+	 * reserved is 2 */
 	l = launch_of(0, n);
-	bind(&l, 0, L_PBUF, OUT_BYTES, 0x2);
+	bind(&l, 0, L_PBUF, OUT_BYTES, 0x4);
 	e = pexp(x, BIT(VG_CERR_BAD_METHOD_DATA) | PBAD, 0);
 	ok &= case_launch(x, &j, "buffer_flags_reserved_bit", &l, &e);
 	jsf(&j, "]");

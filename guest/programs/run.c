@@ -18,7 +18,7 @@
  * cached relaunch.
  *
  * --check-limits: the PPROG limits as the driver read them (one "program-limits" check: version
- * 1.0, every limit within vugpu's envelope), then probes, each on a fresh context: launches one
+ * 1.0 or 1.1, every limit within vugpu's envelope), then probes, each on a fresh context: launches one
  * step past a limit must come back as VG_ERROR_INVALID_PROGRAM with the BAD_PROGRAM reason of
  * hw-spec §6.3.6 ("limit-<what>"), a launch exactly at the limits must succeed.
  * --spin N: the spin sample with N loop iterations per invocation ("program-spin-run", with
@@ -992,7 +992,8 @@ static int limits_check(void)
 	const uint32_t got[] = { l->max_module_bytes, l->max_bindings, l->max_push_bytes, l->max_spec_constants,
 				 l->max_wg_invocations, l->max_wg_size[0], l->max_wg_size[1], l->max_wg_size[2],
 				 l->max_shared_bytes, l->max_grid[0], l->max_grid[1], l->max_grid[2], l->max_buffer_bytes };
-	int ok = l->version == VG_PPROG_VERSION_1_0, bad_field = -1;
+	/* programs v1.0, or v1.1 (hw-spec 1.6: BUFFER_FLAGS.DEVICE_CACHED) */
+	int ok = l->version == VG_PPROG_VERSION_1_0 || l->version == VG_PPROG_VERSION_1_1, bad_field = -1;
 
 	rec_init(&r, "program-limits");
 	for (size_t i = 0; i < sizeof(got) / sizeof(got[0]); i++) {
