@@ -162,8 +162,8 @@ interface LastProgram {
   key: string;
 }
 /** Per channel, the modules of its recent launches by where they were (VA, length, entry):
- * applications alternate between tens of pipelines (llama.cpp: ~20 per token), so the last one
- * alone would miss at almost every launch. The bytes are still compared at every launch (the
+ * applications alternate between tens of pipelines, so the last one alone missed at almost
+ * every launch (docs/results.md, "llama.cpp on the H200 with resident VRAM"). The bytes are still compared at every launch (the
  * guest may rewrite them); the copies are bounded per channel. */
 const recentPrograms = new WeakMap<ChannelState, Map<string, LastProgram>>();
 const RECENT_PROGRAM_BYTES = 8 << 20;

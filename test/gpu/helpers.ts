@@ -1,5 +1,9 @@
 // Shared setup for the engine tests: a real engine (memfd VRAM), the host driver, and buffers
 // in VRAM or system memory (memfds behind the driver's bus resolver) with CPU views.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
 import { HostDriver, type GpuVm, type HostChannel } from '../support/host-driver/driver.ts';
 import { TARGET_SYSMEM } from '../../src/gpu/spec.ts';
@@ -49,6 +53,18 @@ export function rig(opts: EngineOptions = {}): Rig {
       engine.close();
     },
   };
+}
+
+/** A GLSL compute shader compiled with glslangValidator (a host tool setup installs). */
+export function glsl(src: string): Uint8Array {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
+  try {
+    writeFileSync(path.join(dir, 's.comp'), src);
+    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
+    return new Uint8Array(readFileSync(path.join(dir, 's.spv')));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 export { rng } from '../prng.ts';

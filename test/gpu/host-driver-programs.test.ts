@@ -4,8 +4,7 @@
 // UNSUPPORTED; with the Vulkan device (lavapipe here; VUGPU_TEST_VULKAN_DEVICE picks another)
 // the sample vecadd, a specialization constant and refusals with their reasons.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
@@ -13,7 +12,7 @@ import { GpuError } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { ProgramCache } from '../../src/gpu/programs.ts';
 import { CHAN_ERR, PROG_REASON } from '../../src/gpu/spec.ts';
-import { rig, type Rig } from './helpers.ts';
+import { glsl, rig, type Rig } from './helpers.ts';
 import { BUILTIN_OWNER, builtinKey, builtinWords } from '../../src/gpu/builtin-programs.ts';
 import { K } from '../../src/gpu/kernels.ts';
 
@@ -21,18 +20,6 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 
 function spirv(rel: string): Uint8Array {
   return new Uint8Array(readFileSync(path.join(ROOT, 'build/spirv', rel)));
-}
-
-/** Compile a GLSL compute shader with glslangValidator (a host tool setup installs). */
-function glsl(src: string): Uint8Array {
-  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
-  try {
-    writeFileSync(path.join(dir, 's.comp'), src);
-    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
-    return new Uint8Array(readFileSync(path.join(dir, 's.spv')));
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 async function failure(p: Promise<void>): Promise<GpuError> {

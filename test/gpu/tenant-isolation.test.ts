@@ -6,8 +6,6 @@
 // (WATCHDOG on a's channel) and nothing of b's: every launch of b succeeds, is correct, and none
 // waits anywhere near the watchdog period behind a's.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +15,7 @@ import { GpuError, HostDriver } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
 import { K } from '../../src/gpu/kernels.ts';
-import { params } from './helpers.ts';
+import { glsl, params } from './helpers.ts';
 
 const haveBackend = typeof (native as { vulkanOpen?: unknown }).vulkanOpen === 'function';
 let haveGlslang = true;
@@ -25,17 +23,6 @@ try {
   execFileSync('glslangValidator', ['--version'], { stdio: 'ignore' });
 } catch {
   haveGlslang = false;
-}
-
-function glsl(src: string): Uint8Array {
-  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
-  try {
-    writeFileSync(path.join(dir, 's.comp'), src);
-    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
-    return new Uint8Array(readFileSync(path.join(dir, 's.spv')));
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 // The attacker's shape from issue 34.

@@ -5,14 +5,10 @@
 // the next launch upload it again; launches write through to VRAM; a CPU store through the VRAM
 // mapping (BAR1) is not seen, as the spec says.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { native } from '../../src/native.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { PPROG } from '../../src/gpu/spec.ts';
-import { rig, type Rig } from './helpers.ts';
+import { glsl, rig, type Rig } from './helpers.ts';
 import type { ProgramModule } from '../support/host-driver/driver.ts';
 
 const DEVICE = process.env.VUGPU_TEST_VULKAN_DEVICE ?? 'llvmpipe';
@@ -26,17 +22,6 @@ layout(set = 0, binding = 0) readonly buffer A { uint a[]; };
 layout(set = 0, binding = 1) buffer O { uint o[]; };
 layout(push_constant) uniform P { uint add; } p;
 void main() { uint i = gl_GlobalInvocationID.x; o[i] = a[i] + p.add; }`;
-
-function glslBytes(src: string): Uint8Array {
-  const dir = mkdtempSync(path.join(tmpdir(), 'vugpu-glsl-'));
-  try {
-    writeFileSync(path.join(dir, 's.comp'), src);
-    execFileSync('glslangValidator', ['-V', '--target-env', 'vulkan1.1', '-o', path.join(dir, 's.spv'), path.join(dir, 's.comp')]);
-    return new Uint8Array(readFileSync(path.join(dir, 's.spv')));
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
 
 const u32 = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
 
@@ -72,7 +57,7 @@ describe('resident VRAM (DEVICE_CACHED bindings, device-memory path forced)', ()
     process.env.VUGPU_VK_RESIDENT_SPAN = String(64 << 10);
     backend = VulkanBackend.open(DEVICE);
     r = rig({ programs: backend, vramSize: 64 << 20 });
-    add = r.drv.programBuffer(r.vm, glslBytes(ADD));
+    add = r.drv.programBuffer(r.vm, glsl(ADD));
     A = vbuf();
     O = vbuf();
     for (let i = 0; i < N; i++) A.u32[i] = i;

@@ -133,6 +133,32 @@ uint64_t ResidentStart(const Run& R, const Group& g) {
   return uint64_t(int64_t(g.start) + delta);
 }
 
+// The group's host side: its range imported, or (a transient window, or a range the driver
+// refuses to import) a pooled host-visible bounce buffer the CPU fills with the regions `up()`
+// names (offsets relative to g.start). 0 or -errno; *fresh counts imports.
+template <class Regions>
+int AcquireHostSide(Run& R, Group& g, bool transient, Regions up, size_t* fresh) {
+  Context& c = R.c;
+  const uint64_t size = g.end - g.start;
+  VkResult r = transient ? VK_ERROR_FEATURE_NOT_PRESENT : AcquireImport(c, g.start, size, &g.imp);
+  if (r == VK_ERROR_DEVICE_LOST) {
+    g.imp = nullptr;
+    return LostHere(c, "import");
+  }
+  if (r == VK_SUCCESS) {
+    (*fresh)++;
+    return 0;
+  }
+  g.imp = nullptr;
+  if ((r = AcquirePoolBuf(c, size, true, &g.bounce)) != VK_SUCCESS) return ImportError(c, r);
+  for (const VkBufferCopy& x : up()) {
+    memcpy(static_cast<uint8_t*>(g.bounce.map) + x.srcOffset,
+           reinterpret_cast<const void*>(uintptr_t(g.start + x.srcOffset)), x.size);
+    GetImportStats().bounceBytes += x.size;
+  }
+  return 0;
+}
+
 // Device memory: a device-local copy per group, its host side imported (or, where the driver
 // refuses to import the range, a host-visible bounce buffer filled by the CPU).
 int AcquireStaged(Run& R) {
@@ -160,22 +186,7 @@ int AcquireStaged(Run& R) {
         if (writes) InvalidateVram(vs, size, &c);
         // Nothing to move: no import (the host side is touched only to upload or write back).
         if (g.resUp.empty() && !writes) continue;
-        VkResult r = AcquireImport(c, g.start, size, &g.imp);
-        if (r == VK_ERROR_DEVICE_LOST) {
-          g.imp = nullptr;
-          return LostHere(c, "import");
-        }
-        if (r != VK_SUCCESS) {
-          g.imp = nullptr;
-          if ((r = AcquirePoolBuf(c, size, true, &g.bounce)) != VK_SUCCESS) return ImportError(c, r);
-          for (const VkBufferCopy& x : g.resUp) {
-            memcpy(static_cast<uint8_t*>(g.bounce.map) + x.srcOffset,
-                   reinterpret_cast<const void*>(uintptr_t(g.start + x.srcOffset)), x.size);
-            GetImportStats().bounceBytes += x.size;
-          }
-        } else {
-          fresh++;
-        }
+        if (int st = AcquireHostSide(R, g, false, [&] { return g.resUp; }, &fresh)) return st;
         continue;
       }
       g.mir = nullptr;
@@ -186,26 +197,14 @@ int AcquireStaged(Run& R) {
       NoteStagedWrites(R, g);
     }
     const bool transient = bounceTransient && InsideTransientWindow(g.start, size);
-    VkResult r = transient ? VK_ERROR_FEATURE_NOT_PRESENT : AcquireImport(c, g.start, size, &g.imp);
-    if (r == VK_ERROR_DEVICE_LOST) {
-      g.imp = nullptr;
-      return LostHere(c, "import");
-    }
-    if (r != VK_SUCCESS) {
-      g.imp = nullptr;
-      if ((r = AcquirePoolBuf(c, size, true, &g.bounce)) != VK_SUCCESS) return ImportError(c, r);
-      // Only what is uploaded: a binding the plan zero-fills on the device is never read.
+    // Only what is uploaded: a binding the plan zero-fills on the device is never read.
+    int st = AcquireHostSide(R, g, transient, [&] {
       std::vector<VkBufferCopy> reg;
       PanelRegions(R, g, 0, 1, R.in.grid[1], false, &reg);
-      for (const VkBufferCopy& x : reg) {
-        memcpy(static_cast<uint8_t*>(g.bounce.map) + x.srcOffset,
-               reinterpret_cast<const void*>(uintptr_t(g.start + x.srcOffset)), x.size);
-        GetImportStats().bounceBytes += x.size;
-      }
-    } else {
-      fresh++;
-    }
-    if ((r = AcquirePoolBuf(c, size, false, &g.dev)) != VK_SUCCESS) return ImportError(c, r);
+      return reg;
+    }, &fresh);
+    if (st) return st;
+    if (VkResult r = AcquirePoolBuf(c, size, false, &g.dev); r != VK_SUCCESS) return ImportError(c, r);
   }
   size_t hits = size_t(GetImportStats().cacheHits.load() - hits0);
   if (fresh > hits) {
