@@ -37,6 +37,7 @@ export interface JobCompletion {
   job: number;               // id returned by submit*
   status: number;            // 0 ok, negative errno, or -ECANCELED when cancelled
   deviceNs: number;          // time the job ran on a pool thread, ns
+  part?: number;             // tasks: parts (a batch's launches) completed before status
 }
 
 // ---- Vulkan program backend (native/src/vulkan) ----
@@ -195,6 +196,8 @@ export interface VulkanAddon {
    * compile, missing binding, misaligned window, short params, grid over the limit), -ENODEV
    * (device lost), -EFAULT (a window could not be imported). deviceNs from GPU timestamps. */
   submitDispatch(job: DispatchJob): number;
+  /** A channel's launches in order as one job (one way); the completion's part counts those done. */
+  submitDispatchBatch(jobs: DispatchJob[]): number;
   /** Compile outcome; null while compiling or for an empty slot. */
   programInfo(slot: number): ProgramInfo | null;
   /** Free a slot (idempotent); jobs already queued keep the program until they end. */

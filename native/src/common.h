@@ -46,6 +46,9 @@ uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStat
 // On a pool thread running a task: how long its program may run on the device since its
 // submission before it stops (0 = no limit; preemptJob sets it while the task runs or waits).
 uint64_t CurrentPreemptAfterNs();
+// On a pool thread running a task made of parts (a batch of launches): how many of them completed
+// before the status it returns (JobCompletion.part; 0 when never set).
+void SetTaskPart(uint32_t part);
 
 // ---- errors ----
 void ThrowTypeError(Napi::Env env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

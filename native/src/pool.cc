@@ -61,6 +61,7 @@ struct Job {
   // task: a backend outside this file (the Vulkan program backend)
   PoolTask task;
   uint64_t taskNs = 0;  // device time the task measured itself (0: wall time)
+  uint32_t part = 0;    // a batch task's parts that completed (SetTaskPart)
   uint64_t queuedNs = 0;  // when Enqueue queued it (poolStats)
 };
 
@@ -70,6 +71,7 @@ struct Completion {
   uint64_t deviceNs;
   uint64_t doneNs = 0;  // when it was handed to the JS side (poolStats)
   bool task = false;
+  uint32_t part = 0;
 };
 
 // One way's queue and threads (queue and polling under Pool::mu).
@@ -125,12 +127,15 @@ PhaseSums g_phases[2];
 std::atomic<uint64_t> g_pollHits{0}, g_pollMisses{0};
 
 thread_local const std::atomic<uint64_t>* tl_preempt = nullptr;
+thread_local uint32_t* tl_part = nullptr;
 
 int RunJob(Job& job) {
   if (job.task) {
     tl_preempt = &job.preemptAfterNs;
+    tl_part = &job.part;
     const int st = job.task(job.cancel, &job.taskNs);
     tl_preempt = nullptr;
+    tl_part = nullptr;
     return st;
   }
   if (job.isCopy) return RunCopy(job.copy, job.cancel);
@@ -192,6 +197,7 @@ void Worker(Pool* pool, Way* way) {
     uint64_t runEnd = startNs;
     if (c.status == 0) {
       c.status = RunJob(*job);
+      c.part = job->part;
       runEnd = NowNs();
       c.deviceNs = job->taskNs ? job->taskNs : runEnd - startNs;
       if (c.deviceNs == 0) c.deviceNs = 1;  // it ran: never report zero time
@@ -237,6 +243,7 @@ void Deliver(Pool* pool, bool fromJs) {
     o.Set("job", Napi::Number::New(env, batch[i].job));
     o.Set("status", Napi::Number::New(env, batch[i].status));
     o.Set("deviceNs", Napi::Number::New(env, double(batch[i].deviceNs)));
+    if (batch[i].task) o.Set("part", Napi::Number::New(env, batch[i].part));
     arr.Set(uint32_t(i), o);
   }
   napi_value argv[1] = {arr};
@@ -634,6 +641,10 @@ Napi::Value HaveOpenBlas(const Napi::CallbackInfo& info) {
 
 uint64_t CurrentPreemptAfterNs() {
   return tl_preempt ? tl_preempt->load(std::memory_order_relaxed) : 0;
+}
+
+void SetTaskPart(uint32_t part) {
+  if (tl_part) *tl_part = part;
 }
 
 uint32_t EnqueueTask(Napi::Env env, const char* fn, PoolTask task, int setupStatus, bool background, uint32_t way) {

@@ -67,6 +67,8 @@ function launch(cp: ClassContext, ch: ChannelState, flags: number): Step {
   const post = cp.postOp(flags, k);
   if ((flags & ~LAUNCH_ALLOWED) !== 0 || !post) return cp.error(ch, CHAN_ERR.BAD_METHOD_DATA);
   if ((flags & LAUNCH_PROGRAM) !== 0) return launchProgram(cp, ch, flags, post);
+  // A kernel launch is not batched: the channel's batch runs first.
+  if (cp.batched(ch)) return cp.flushBatch(ch);
   const info = KERNELS[k.kernel];
   if (!info || k.bufferCount !== info.buffers || k.paramLength > COMPUTE_MAX_PARAMS) {
     return cp.error(ch, CHAN_ERR.BAD_LAUNCH);
@@ -233,6 +235,9 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   // Step 3: the owner's compiled program, or a compile beside the device.
   const entry = k.progEntry;
   const l = recentProgram(ch, `${progVa}:${len}:${entry}`, ch.owner, module, entry, spec);
+  // A launch that must wait for its compile does not wait with a batch before it: the batch
+  // runs meanwhile.
+  if (cp.batched(ch) && !cache.settled(ch.owner, l.key)) return cp.flushBatch(ch);
   const resume = cp.waitProgram(ch);
   const prog: Program = cache.lookup(ch.owner, l.key, () => words(l.module), entry, words(l.spec),
     (_p, compileNs) => resume(compileNs, () => launch(cp, ch, flags)));
@@ -262,10 +267,10 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
   const job = { slot: prog.slot, windows: mapped.windows, lengths: mapped.lengths, params: push, grid: [k.grid[0]!, k.grid[1]!, k.grid[2]!] as [number, number, number], way: ch.owner,
     ...(resident !== 0 ? { vram: mapped.vram, resident } : {}) };
   prog.users++;
-  return cp.startJob(ch, (wd, done) => cache.backend.dispatch(job, wd, done), post, () => {
+  return cp.queueDispatch(ch, job, post, () => {
     mapped.unmap();
     cache.unuse(prog);
-  }, GpuJob.PROGRAM);
+  });
 }
 
 /** A built-in kernel as its SPIR-V version (builtin-programs.ts): the same checks and results. */

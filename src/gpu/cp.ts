@@ -17,18 +17,38 @@ import {
 import { WindowCache } from './windows.ts';
 import type { ProgramCache } from './programs.ts';
 import { copyMethod } from './copy.ts';
-import { BLOCK, CONTINUE, STOP, type ClassContext, type ClassMethod, type PostOp, type Step } from './step.ts';
+import { BLOCK, CONTINUE, RETRY, STOP, type ClassContext, type ClassMethod, type PostOp, type Step } from './step.ts';
+import type { DispatchJob } from './programs.ts';
 
 import { computeMethod } from './compute.ts';
 import { GpuJob, type ContextSwitch } from './ctxsw.ts';
 
 /** Methods executed per pump turn before yielding to the event loop. */
 const TURN_BUDGET = 65536;
+const NO_POST: PostOp = { semType: 0, interrupt: false, va: 0, payload: 0 };
+
+/** Launches in one batch at most (hw-spec §6.3 "Batched launches"): VUGPU_BATCH_LAUNCHES,
+ * 1 = every launch its own job (A/B). */
+function batchLaunches(): number {
+  const v = Number(process.env.VUGPU_BATCH_LAUNCHES ?? 64);
+  return Number.isInteger(v) && v >= 1 && v <= 1024 ? v : 64;
+}
+
+/** A channel's program launches since its last synchronization point, not yet on the device. */
+interface Batch {
+  jobs: DispatchJob[];
+  cleanups: (() => void)[];
+  /** Where each launch was (error reports name the one that failed). */
+  wheres: number[];
+}
 const ACQUIRE_POLL_MS = 1;
 const ECANCELED = 125;
 const ELOOP = 40;
 const ENODEV = 19;
 const TWO32 = 0x1_0000_0000;
+
+/** Host methods that only set state: they run beside a waiting batch. */
+const BATCH_SAFE_HOST = new Set<number>([HOST.SET_OBJECT, HOST.NOP, HOST.SEMAPHORE_A, HOST.SEMAPHORE_B, HOST.SEMAPHORE_C]);
 
 const CLASSES = new Map<number, ClassMethod>([
   [CLASS_COPY, copyMethod],
@@ -52,6 +72,10 @@ export class CommandProcessor implements ClassContext {
   /** The program device's jobs go through it when the device cannot switch a running program
    * out for another owner's (ctxsw.ts); null = the device time-slices them itself. */
   ctxsw: ContextSwitch | null = null;
+  /** Launches per batch at most (1: none batched). */
+  batchLaunches = batchLaunches();
+  /** Batches run and the launches in them (/metrics; tests). */
+  readonly batchStats = { batches: 0, launches: 0 };
   private ready = new Set<ChannelState>();
   /** No method runs while halted (a live upgrade's handover: jobs in flight finish, nothing new
    * starts, so the last checkpoint is exact wherever a channel stands in its pushbuffer). */
@@ -61,6 +85,8 @@ export class CommandProcessor implements ClassContext {
   /** Segment words of each channel's current GPFIFO entry (transient, not state). */
   private words: (Uint32Array | null)[];
   private acquirers = new Set<ChannelState>();
+  /** Per channel, its batch of launches (null: none waiting). */
+  private batches: (Batch | null)[];
   private acquireTimer: NodeJS.Timeout | null = null;
   /** (GP_GET << 16 | subch << 13 | method >> 2) of the method being executed. */
   private where = 0;
@@ -72,6 +98,7 @@ export class CommandProcessor implements ClassContext {
     this.fifo = fifo;
     this.watchdogMs = watchdogMs;
     this.words = fifo.channels.map(() => null);
+    this.batches = fifo.channels.map(() => null);
     this.windows = new WindowCache(core.vram.fd);
   }
 
@@ -105,8 +132,18 @@ export class CommandProcessor implements ClassContext {
     }
   };
 
-  /** Execute up to `budget` methods of one channel; returns how many were used. */
+  /** Execute up to `budget` methods of one channel; returns how many were used. A batch of
+   * launches never outlives the turn: it goes to the device when the turn ends. */
   private run(ch: ChannelState, budget: number): number {
+    const used = this.runMethods(ch, budget);
+    if (this.batches[ch.chid] !== null) {
+      if (this.fifo.runnable(ch) && ch.wait === WAIT_NONE) this.flushBatch(ch);
+      else this.dropBatch(ch);
+    }
+    return used;
+  }
+
+  private runMethods(ch: ChannelState, budget: number): number {
     if (!this.fifo.runnable(ch)) return 1;
     if (ch.wait === WAIT_ACQUIRE) {
       // A doorbell re-evaluates a pending acquire at once (the CPU may have written the value).
@@ -138,7 +175,8 @@ export class CommandProcessor implements ClassContext {
       if (!this.fifo.runnable(ch) || ch.wait !== WAIT_NONE) return used + 1;
       if (!ch.cursor) {
         if (ch.gpGet === ch.gpPut) {
-          this.maybeIdle(ch);
+          if (this.batches[ch.chid] !== null) this.flushBatch(ch);
+          else this.maybeIdle(ch);
           return used + 1;
         }
         ch.busy = true;
@@ -202,6 +240,18 @@ export class CommandProcessor implements ClassContext {
 
   /** Decode one header or execute one data word. */
   private step(ch: ChannelState, cur: Cursor): Step {
+    // Where the cursor stood: a method that must wait for the channel's batch runs again.
+    const pos = cur.pos, remaining = cur.remaining, method = cur.method, op = cur.op;
+    const st = this.decode(ch, cur);
+    if (st !== RETRY) return st;
+    cur.pos = pos;
+    cur.remaining = remaining;
+    cur.method = method;
+    cur.op = op;
+    return BLOCK;
+  }
+
+  private decode(ch: ChannelState, cur: Cursor): Step {
     const words = this.words[ch.chid]!;
     if (cur.remaining === 0) {
       const hdr = words[cur.pos++]!;
@@ -244,8 +294,14 @@ export class CommandProcessor implements ClassContext {
   }
 
   private exec(ch: ChannelState, subch: number, method: number, data: number): Step {
-    if (method < HOST_METHOD_LIMIT) return this.host(ch, subch, method, data);
+    if (method < HOST_METHOD_LIMIT) {
+      if (this.batches[ch.chid] !== null && !BATCH_SAFE_HOST.has(method)) return this.flushBatch(ch);
+      return this.host(ch, subch, method, data);
+    }
     const cls = ch.subch[subch]!;
+    // Compute methods only set state, and a LAUNCH decides for itself (compute.ts); anything
+    // else may read what the batch writes.
+    if (this.batches[ch.chid] !== null && cls !== CLASS_COMPUTE) return this.flushBatch(ch);
     const handler = CLASSES.get(cls);
     if (!handler) return this.error(ch, CHAN_ERR.NO_OBJECT);
     return handler(this, ch, method, data);
@@ -459,13 +515,13 @@ export class CommandProcessor implements ClassContext {
 
   /** Block the channel on a native job; `cleanup` runs when it completes (unmap windows). */
   startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
-           post: PostOp, cleanup: () => void, gpu: GpuJob = GpuJob.NONE): Step {
+           post: PostOp, cleanup: () => void, gpu: GpuJob = GpuJob.NONE, wheres: number[] | null = null): Step {
     if (!this.poolHeld) {
       jobPool.acquire();
       this.poolHeld = true;
     }
     const epoch = ch.epoch;
-    const where = this.where;
+    const where = wheres ? wheres : this.where;
     ch.wait = WAIT_JOB;
     this.inFlight++;
     const ctxsw = gpu !== GpuJob.NONE ? this.ctxsw : null;
@@ -499,17 +555,18 @@ export class CommandProcessor implements ClassContext {
     return BLOCK;
   }
 
-  private jobDone(ch: ChannelState, epoch: number, where: number, r: JobResult, post: PostOp): void {
+  private jobDone(ch: ChannelState, epoch: number, where: number | number[], r: JobResult, post: PostOp): void {
     // Device time is spent whether or not anyone still wants the result.
     ch.deviceNs += r.deviceNs;
     ch.busyNs += r.deviceNs;
-    ch.jobs++;
+    ch.jobs += typeof where === 'number' ? 1 : where.length;
     const cut = ch.ctxswCut;
     ch.ctxswCut = false;
     if (epoch !== ch.epoch || ch.wait !== WAIT_JOB) return;
     ch.job = -1;
     ch.wait = WAIT_NONE;
-    this.where = where;
+    // A batch names the launch that ended it.
+    this.where = typeof where === 'number' ? where : where[Math.min(r.part ?? 0, where.length - 1)]!;
     if (r.timedOut) {
       this.error(ch, CHAN_ERR.WATCHDOG);
     } else if (cut && r.status !== 0) {
@@ -532,6 +589,62 @@ export class CommandProcessor implements ClassContext {
       return;
     }
     this.schedule(ch);
+  }
+
+  // ---- batched launches (hw-spec §6.3 "Batched launches") ----
+
+  queueDispatch(ch: ChannelState, job: DispatchJob, post: PostOp, cleanup: () => void): Step {
+    const backend = this.programs!.backend;
+    // A device that pins fresh private windows (windows.ts 'fresh') would pin a later launch's
+    // inputs before the earlier ones wrote them: one launch at a time there.
+    if (!backend.dispatchBatch || this.batchLaunches === 1 || backend.readOnlyWindows === 'fresh') {
+      return this.startJob(ch, (wd, done) => backend.dispatch(job, wd, done), post, cleanup, GpuJob.PROGRAM);
+    }
+    let b = this.batches[ch.chid];
+    if (!b) this.batches[ch.chid] = b = { jobs: [], cleanups: [], wheres: [] };
+    b.jobs.push(job);
+    b.cleanups.push(cleanup);
+    b.wheres.push(this.where);
+    // A launch with completion actions is a synchronization point of its own.
+    if (post.semType !== 0 || post.interrupt || b.jobs.length >= this.batchLaunches) {
+      this.submitBatch(ch, post);
+      return BLOCK;
+    }
+    return CONTINUE;
+  }
+
+  batched(ch: ChannelState): boolean {
+    return this.batches[ch.chid] !== null;
+  }
+
+  flushBatch(ch: ChannelState): Step {
+    this.submitBatch(ch, NO_POST);
+    return RETRY;
+  }
+
+  private submitBatch(ch: ChannelState, post: PostOp): void {
+    const b = this.batches[ch.chid]!;
+    this.batches[ch.chid] = null;
+    const backend = this.programs!.backend;
+    this.batchStats.batches++;
+    this.batchStats.launches += b.jobs.length;
+    if (b.jobs.length === 1) {
+      const job = b.jobs[0]!;
+      this.where = b.wheres[0]!;
+      this.startJob(ch, (wd, done) => backend.dispatch(job, wd, done), post, b.cleanups[0]!, GpuJob.PROGRAM);
+      return;
+    }
+    this.startJob(ch, (wd, done) => backend.dispatchBatch!(b.jobs, wd, done), post, () => {
+      for (const c of b.cleanups) c();
+    }, GpuJob.PROGRAM, b.wheres);
+  }
+
+  /** The channel stopped with launches still in its batch: they never run. */
+  private dropBatch(ch: ChannelState): void {
+    const b = this.batches[ch.chid];
+    if (!b) return;
+    this.batches[ch.chid] = null;
+    for (const c of b.cleanups) c();
   }
 
   /** BAD_PROGRAM with its reason (hw-spec §6.3.6). */
@@ -568,6 +681,7 @@ export class CommandProcessor implements ClassContext {
 
   /** The channel stopped (error, unbind, reset): forget its waits and cancel its job. */
   stopped(ch: ChannelState): void {
+    this.dropBatch(ch);
     if (ch.job >= 0) jobPool.cancel(ch.job);
     ch.job = -1;
     ch.wait = WAIT_NONE;
@@ -594,6 +708,7 @@ export class CommandProcessor implements ClassContext {
     this.acquireTimer = null;
     this.acquirers.clear();
     this.ready.clear();
+    for (const ch of this.fifo.channels) this.dropBatch(ch);
     this.windows.clear();
     if (this.poolHeld) jobPool.release();
     this.poolHeld = false;

@@ -10,6 +10,8 @@ export interface JobResult {
   deviceNs: number;
   /** The watchdog cancelled the job. */
   timedOut: boolean;
+  /** A batch of launches: how many completed before `status` (all of them on success). */
+  part?: number;
 }
 
 type Done = (r: JobResult) => void;
@@ -67,7 +69,7 @@ function onComplete(batch: JobCompletion[]): void {
     if (p.timer) clearTimeout(p.timer);
     // The watchdog stops a job that overran; one that completed anyway (its cancel came too late
     // to matter) kept its results and is not failed for it.
-    p.done({ status: c.status, deviceNs: c.deviceNs, timedOut: p.timedOut && c.status !== 0 });
+    p.done({ status: c.status, deviceNs: c.deviceNs, timedOut: p.timedOut && c.status !== 0, part: c.part });
   }
   if (pending.size > 0) pollFromNow(); // the next job of the batch runs now
   if (users === 0 && pending.size === 0) setImmediate(maybeStop);
@@ -125,6 +127,11 @@ export const jobPool = {
   /** Launch a slot's program; the watchdog's cancel reaches it through its cancel word. */
   submitDispatch(job: DispatchJob, watchdogMs: number, done: Done): number {
     return track(guard(() => native.submitDispatch(job)), watchdogMs, done);
+  },
+
+  /** One channel's launches in order as one job (native DispatchBatch). */
+  submitDispatchBatch(jobs: DispatchJob[], watchdogMs: number, done: Done): number {
+    return track(guard(() => native.submitDispatchBatch(jobs)), watchdogMs, done);
   },
 
   cancel(id: number): void {

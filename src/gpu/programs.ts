@@ -85,6 +85,9 @@ export interface ProgramBackend {
   compile(slot: number, words: Uint32Array, entryIndex: number, spec: Uint32Array, done: (r: JobResult) => void): number;
   info(slot: number): CompiledInfo;
   dispatch(job: DispatchJob, watchdogMs: number, done: (r: JobResult) => void): number;
+  /** One channel's launches in order as one job (hw-spec §6.3 "Batched launches"); the result's
+   * `part` says how many completed before its status. Absent = one job per launch. */
+  dispatchBatch?(jobs: DispatchJob[], watchdogMs: number, done: (r: JobResult) => void): number;
   /** Open `way`'s own device now, in the background (DispatchJob.way); absent = at first use. */
   prepareWay?(way: number): void;
   /** Keep DEVICE_CACHED bindings' VRAM (of this many bytes) on the device between launches.
@@ -221,6 +224,13 @@ export class ProgramCache {
 
   ready(p: Program): boolean {
     return p.state === READY;
+  }
+
+  /** Whether the owner's program for this key is compiled (or refused): a lookup that starts or
+   * waits for nothing. */
+  settled(owner: number, key: string): boolean {
+    const p = this.owners.get(owner)?.programs.get(key);
+    return p !== undefined && p.state !== COMPILING;
   }
 
   /** Launch checks that depend on the launch, not the module (hw-spec §6.3.2): 0 or a reason. */

@@ -6,7 +6,7 @@ import type { ChannelState } from './channel.ts';
 import type { Extent } from './bus.ts';
 import type { GpuCore } from './core.ts';
 import type { JobResult } from './jobs.ts';
-import type { ProgramCache } from './programs.ts';
+import type { DispatchJob, ProgramCache } from './programs.ts';
 import type { WindowCache } from './windows.ts';
 import type { FaultUnit } from './spec.ts';
 
@@ -14,7 +14,10 @@ import type { FaultUnit } from './spec.ts';
 export const CONTINUE = 0;
 export const BLOCK = 1;
 export const STOP = 2;
-export type Step = typeof CONTINUE | typeof BLOCK | typeof STOP;
+/** The channel now waits for its batch of launches (cp.ts flushBatch): run this method again
+ * once the batch is done (the command processor puts the cursor back before it). */
+export const RETRY = 3;
+export type Step = typeof CONTINUE | typeof BLOCK | typeof STOP | typeof RETRY;
 
 /** What a launch does when its job has completed (hw-spec §6.1 LAUNCH_DMA bits 3–6). */
 export interface PostOp {
@@ -42,6 +45,14 @@ export interface ClassContext {
            post: PostOp, cleanup: () => void, gpu?: GpuJob): Step;
   waitProgram(ch: ChannelState): (compileNs: number, relaunch: () => Step) => void;
   blockOnProgram(ch: ChannelState): Step;
+  /** A checked guest-program launch: added to the channel's batch (hw-spec §6.3 "Batched
+   * launches"), which runs as one job at the next synchronization point; CONTINUE, or BLOCK
+   * when the batch went to the device now. */
+  queueDispatch(ch: ChannelState, job: DispatchJob, post: PostOp, cleanup: () => void): Step;
+  /** Whether launches of the channel wait in its batch. */
+  batched(ch: ChannelState): boolean;
+  /** The channel's batch to the device now: RETRY (the method runs again after it). */
+  flushBatch(ch: ChannelState): Step;
 }
 
 export type ClassMethod = (cp: ClassContext, ch: ChannelState, method: number, data: number) => Step;

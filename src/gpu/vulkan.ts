@@ -113,6 +113,10 @@ export class VulkanBackend implements ProgramBackend {
     return jobPool.submitDispatch(job, watchdogMs, done);
   }
 
+  dispatchBatch(jobs: DispatchJob[], watchdogMs: number, done: (r: JobResult) => void): number {
+    return jobPool.submitDispatchBatch(jobs, watchdogMs, done);
+  }
+
   keepVram(vramBytes: number): ((offset: number, length: number) => void) | null {
     // Only the device-memory path copies VRAM to the device; zero-copy devices read it in place.
     // One engine per process keeps VRAM (the mirrors are keyed by VRAM offset).

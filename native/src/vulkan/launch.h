@@ -75,6 +75,9 @@ struct Run {
   std::vector<VkDescriptorBufferInfo> infos;
   KStreamPlan ks;
   bool panelPair = false;    // two panels where the panel rule gave one (PanelCount)
+  // An earlier launch of its batch may still run on the queue (DispatchBatch): its command
+  // buffer starts with a barrier after everything before it.
+  bool orderAfter = false;
   bool abandoned = false;    // lost: nothing is freed or reused
   // VRAM [offset, +length) that DEVICE_CACHED bindings wrote through the staged path (plan.cc,
   // NoteStagedWrites): resident copies are dropped again when the launch is done.
@@ -83,6 +86,10 @@ struct Run {
   // its rasterizer threads: the two cost an empty launch more than half its time, and measure the
   // same CPU clock the launch's own wait does (see CpuDeviceNs).
   bool ts = false;
+  // Batched (DispatchBatch): the end timestamp of the launch before it on the queue, raw ticks
+  // (0: none), and this launch's own. Its start is counted from the later of the two, so time it
+  // spent behind its predecessor is not charged twice.
+  uint64_t tsFloor = 0, tsEnd = 0;
 
   // The plan (plan.cc): panels of rowsPer workgroup rows; one command buffer on the way's queue,
   // or the chain of upload, compute and download queues.

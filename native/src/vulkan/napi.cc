@@ -25,6 +25,7 @@ using vk::Program;
 
 constexpr size_t kMaxWindows = 64;
 constexpr size_t kMaxParamBytes = 4096;
+constexpr size_t kMaxBatch = 1024;  // launches per batch (the engine sends far fewer: compute.ts)
 constexpr int64_t kMaxSlot = INT32_MAX;
 
 std::mutex g_mu;  // g_slots, and vulkanOpen/vulkanClose against each other
@@ -337,44 +338,38 @@ Napi::Value SubmitProgramCompile(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, id);
 }
 
-// submitDispatch({slot, windows, lengths, params?, grid}) → job id.
-Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsObject()) {
-    ThrowTypeError(env, "job must be an object {slot, windows, lengths, params, grid}");
-    return env.Undefined();
-  }
-  Napi::Object o = info[0].As<Napi::Object>();
+// One launch's job object {slot, windows, lengths, params?, grid, ...} into *in and its program;
+// false with a JS exception pending when it is malformed.
+bool ParseDispatch(Napi::Env env, Napi::Object o, std::shared_ptr<Program>* progOut, vk::DispatchInput* in) {
   int64_t slot;
-  if (!ValueInt(env, o.Get("slot"), "job.slot", 0, kMaxSlot, &slot)) return env.Undefined();
-  auto in = std::make_shared<vk::DispatchInput>();
+  if (!ValueInt(env, o.Get("slot"), "job.slot", 0, kMaxSlot, &slot)) return false;
   Napi::Value wv = o.Get("windows"), lv = o.Get("lengths");
   if (!wv.IsArray() || !lv.IsArray()) {
     ThrowTypeError(env, "job.windows (bigint[]) and job.lengths (number[]) must be arrays");
-    return env.Undefined();
+    return false;
   }
   Napi::Array w = wv.As<Napi::Array>(), l = lv.As<Napi::Array>();
   if (w.Length() != l.Length() || w.Length() > kMaxWindows) {
     ThrowRangeError(env, "job.windows and job.lengths must have the same length (at most %zu)", kMaxWindows);
-    return env.Undefined();
+    return false;
   }
   for (uint32_t i = 0; i < w.Length(); i++) {
     Napi::Value a = w.Get(i);
     if (!a.IsBigInt()) {
       ThrowTypeError(env, "job.windows[%u] must be a bigint address", i);
-      return env.Undefined();
+      return false;
     }
     bool lossless;
     uint64_t addr = a.As<Napi::BigInt>().Uint64Value(&lossless);
     int64_t len;
     if (!lossless) {
       ThrowRangeError(env, "job.windows[%u] is not a 64-bit address", i);
-      return env.Undefined();
+      return false;
     }
-    if (!ValueInt(env, l.Get(i), "job.lengths[i]", 0, kMaxSafe, &len)) return env.Undefined();
+    if (!ValueInt(env, l.Get(i), "job.lengths[i]", 0, kMaxSafe, &len)) return false;
     if (len > 0 && addr == 0) {
       ThrowRangeError(env, "job.windows[%u] is null", i);
-      return env.Undefined();
+      return false;
     }
     in->windows.push_back(addr);
     in->lengths.push_back(uint64_t(len));
@@ -383,10 +378,10 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   if (!pv.IsUndefined()) {
     uint8_t* p;
     size_t n;
-    if (!ValueBytes(env, pv, "job.params", &p, &n)) return env.Undefined();
+    if (!ValueBytes(env, pv, "job.params", &p, &n)) return false;
     if (n > kMaxParamBytes) {
       ThrowRangeError(env, "job.params larger than %zu bytes", kMaxParamBytes);
-      return env.Undefined();
+      return false;
     }
     in->params.assign(p, p + n);
   }
@@ -395,7 +390,7 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   if (!bv.IsUndefined()) {
     if (!bv.IsBoolean()) {
       ThrowTypeError(env, "job.builtin must be a boolean");
-      return env.Undefined();
+      return false;
     }
     in->builtin = bv.As<Napi::Boolean>().Value();
   }
@@ -403,12 +398,12 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   if (!rv.IsUndefined()) {
     if (!rv.IsArray() || rv.As<Napi::Array>().Length() > w.Length()) {
       ThrowTypeError(env, "job.panelRowBytes must be an array (at most one entry per window)");
-      return env.Undefined();
+      return false;
     }
     Napi::Array ra = rv.As<Napi::Array>();
     for (uint32_t i = 0; i < ra.Length(); i++) {
       int64_t v;
-      if (!ValueInt(env, ra.Get(i), "job.panelRowBytes[i]", 0, kMaxSafe, &v)) return env.Undefined();
+      if (!ValueInt(env, ra.Get(i), "job.panelRowBytes[i]", 0, kMaxSafe, &v)) return false;
       in->panelRowBytes.push_back(uint64_t(v));
     }
   }
@@ -418,13 +413,13 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   if (!ov.IsUndefined()) {
     if (!in->builtin || !ov.IsArray()) {
       ThrowTypeError(env, "job.overwrites must be an array of binding indices, for built-ins only");
-      return env.Undefined();
+      return false;
     }
     Napi::Array oa = ov.As<Napi::Array>();
     in->overwrites.assign(w.Length(), 0);
     for (uint32_t i = 0; i < oa.Length(); i++) {
       int64_t v;
-      if (!ValueInt(env, oa.Get(i), "job.overwrites[i]", 0, int64_t(w.Length()) - 1, &v)) return env.Undefined();
+      if (!ValueInt(env, oa.Get(i), "job.overwrites[i]", 0, int64_t(w.Length()) - 1, &v)) return false;
       in->overwrites[size_t(v)] = 1;
     }
   }
@@ -433,7 +428,7 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   if (!kv.IsUndefined()) {
     if (!in->builtin || !kv.IsObject()) {
       ThrowTypeError(env, "job.kStream must be an object {binding, rowBytes, k0Offset, k1Offset, accumulateOffset}, for built-ins only");
-      return env.Undefined();
+      return false;
     }
     Napi::Object ko = kv.As<Napi::Object>();
     int64_t b, rb, o0, o1, oa;
@@ -443,35 +438,34 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
         !ValueInt(env, ko.Get("k0Offset"), "job.kStream.k0Offset", 0, maxOff, &o0) ||
         !ValueInt(env, ko.Get("k1Offset"), "job.kStream.k1Offset", 0, maxOff, &o1) ||
         !ValueInt(env, ko.Get("accumulateOffset"), "job.kStream.accumulateOffset", 0, maxOff, &oa))
-      return env.Undefined();
+      return false;
     in->kStream = {uint32_t(b), uint64_t(rb), uint32_t(o0), uint32_t(o1), uint32_t(oa)};
   }
   Napi::Value gv = o.Get("grid");
   if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) {
     ThrowTypeError(env, "job.grid must be [x, y, z]");
-    return env.Undefined();
+    return false;
   }
   for (uint32_t i = 0; i < 3; i++) {
     int64_t g;
     if (!ValueInt(env, gv.As<Napi::Array>().Get(i), "job.grid[i]", 0, UINT32_MAX, &g))
-      return env.Undefined();
+      return false;
     in->grid[i] = uint32_t(g);
   }
-  std::shared_ptr<Program> prog;
   {
     std::lock_guard<std::mutex> lk(g_mu);
     auto it = Slots().find(uint32_t(slot));
     if (it == Slots().end()) {
       ThrowRangeError(env, "program slot %lld is empty", (long long)slot);
-      return env.Undefined();
+      return false;
     }
-    prog = it->second;
+    *progOut = it->second;
   }
   // The VM's way onto the device (vk.h WayQueue, WayContext) and through the pool.
   Napi::Value wayv = o.Get("way");
   if (!wayv.IsUndefined()) {
     int64_t way;
-    if (!ValueInt(env, wayv, "job.way", 0, UINT32_MAX, &way)) return env.Undefined();
+    if (!ValueInt(env, wayv, "job.way", 0, UINT32_MAX, &way)) return false;
     in->way = uint32_t(way);
   }
   // Guest programs: each binding's VRAM offset (-1: none) and the DEVICE_CACHED ones (resident.cc).
@@ -479,19 +473,32 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   if (!vv.IsUndefined()) {
     if (in->builtin || !vv.IsArray() || vv.As<Napi::Array>().Length() != w.Length()) {
       ThrowTypeError(env, "job.vram must be an array of VRAM offsets (-1: none), one per window, for guest programs only");
-      return env.Undefined();
+      return false;
     }
     Napi::Array va = vv.As<Napi::Array>();
     for (uint32_t i = 0; i < va.Length(); i++) {
       int64_t v;
-      if (!ValueInt(env, va.Get(i), "job.vram[i]", -1, kMaxSafe, &v)) return env.Undefined();
+      if (!ValueInt(env, va.Get(i), "job.vram[i]", -1, kMaxSafe, &v)) return false;
       in->vram.push_back(v < 0 ? UINT64_MAX : uint64_t(v));
     }
     int64_t mask = 0;
     Napi::Value mv = o.Get("resident");
-    if (!mv.IsUndefined() && !ValueInt(env, mv, "job.resident", 0, UINT32_MAX, &mask)) return env.Undefined();
+    if (!mv.IsUndefined() && !ValueInt(env, mv, "job.resident", 0, UINT32_MAX, &mask)) return false;
     in->residentMask = uint32_t(mask);
   }
+  return true;
+}
+
+// submitDispatch({slot, windows, lengths, params?, grid}) → job id.
+Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) {
+    ThrowTypeError(env, "job must be an object {slot, windows, lengths, params, grid}");
+    return env.Undefined();
+  }
+  auto in = std::make_shared<vk::DispatchInput>();
+  std::shared_ptr<Program> prog;
+  if (!ParseDispatch(env, info[0].As<Napi::Object>(), &prog, in.get())) return env.Undefined();
   std::shared_ptr<Context> cur = Ctx();
   int setup = prog->ctx && cur ? 0 : -ENODEV;
   in->generation = cur ? cur->generation : 0;
@@ -499,6 +506,48 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
     return vk::DispatchProgram(*prog, *in, cancel, ns);
   };
   uint32_t id = EnqueueTask(env, "submitDispatch", std::move(task), setup, false, in->way);
+  if (id == 0) return env.Undefined();
+  return Napi::Number::New(env, id);
+}
+
+// submitDispatchBatch([job, ...]) → job id: a channel's launches in order as one pool job
+// (vk::DispatchBatch), all on one way. The completion's `part` says how many completed.
+Napi::Value SubmitDispatchBatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray() || info[0].As<Napi::Array>().Length() == 0 ||
+      info[0].As<Napi::Array>().Length() > kMaxBatch) {
+    ThrowTypeError(env, "jobs must be an array of 1 to %zu launch objects", kMaxBatch);
+    return env.Undefined();
+  }
+  Napi::Array a = info[0].As<Napi::Array>();
+  std::vector<std::shared_ptr<Program>> progs(a.Length());
+  std::vector<std::shared_ptr<vk::DispatchInput>> ins(a.Length());
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    Napi::Value v = a.Get(i);
+    if (!v.IsObject()) {
+      ThrowTypeError(env, "jobs[%u] must be an object {slot, windows, lengths, params, grid}", i);
+      return env.Undefined();
+    }
+    ins[i] = std::make_shared<vk::DispatchInput>();
+    if (!ParseDispatch(env, v.As<Napi::Object>(), &progs[i], ins[i].get())) return env.Undefined();
+    if (ins[i]->way != ins[0]->way) {
+      ThrowRangeError(env, "jobs[%u] is on another way than jobs[0]: a batch is one channel's", i);
+      return env.Undefined();
+    }
+  }
+  std::shared_ptr<Context> cur = Ctx();
+  int setup = cur ? 0 : -ENODEV;
+  for (auto& p : progs)
+    if (!p->ctx) setup = -ENODEV;
+  for (auto& in : ins) in->generation = cur ? cur->generation : 0;
+  const uint32_t way = ins[0]->way;
+  PoolTask task = [progs = std::move(progs), ins = std::move(ins)](const std::atomic<bool>& cancel, uint64_t* ns) {
+    uint32_t done = 0;
+    const int st = vk::DispatchBatch(progs, ins, cancel, ns, &done);
+    addon::SetTaskPart(done);
+    return st;
+  };
+  uint32_t id = EnqueueTask(env, "submitDispatchBatch", std::move(task), setup, false, way);
   if (id == 0) return env.Undefined();
   return Napi::Number::New(env, id);
 }
@@ -781,6 +830,7 @@ void RegisterVulkan(Napi::Env env, Napi::Object exports) {
   exports.Set("submitProgramCompile",
               Napi::Function::New(env, SubmitProgramCompile, "submitProgramCompile"));
   exports.Set("submitDispatch", Napi::Function::New(env, SubmitDispatch, "submitDispatch"));
+  exports.Set("submitDispatchBatch", Napi::Function::New(env, SubmitDispatchBatch, "submitDispatchBatch"));
   exports.Set("programInfo", Napi::Function::New(env, ProgramInfo, "programInfo"));
   exports.Set("programRelease", Napi::Function::New(env, ProgramRelease, "programRelease"));
 }

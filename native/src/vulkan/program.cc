@@ -70,8 +70,8 @@ int CheckLaunch(const Program& prog, const DispatchInput& in, const DeviceInfo& 
   return 0;
 }
 
-// One launch on one context: lane, plan, record, submit, wait.
-int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
+// One launch on one context up to its submission: lane, plan, record, submit.
+int Begin(Run& R) {
   Context& c = R.c;
   R.wall0 = NowNs();
   std::string err;
@@ -84,31 +84,170 @@ int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
   int st = PlanLaunch(R);
   if (st == 0) st = RecordLaunch(R);
   if (st == 0) st = SubmitLaunch(R);
-  if (st) return st;
+  return st;
+}
+
+// One launch on one context: lane, plan, record, submit, wait.
+int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
+  if (int st = Begin(R)) return st;
   return WaitAndFinish(R, cancel, ns);
 }
 
-}  // namespace
-
-int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bool>& cancel,
-                    uint64_t* ns) {
-  {
-    // With several pool threads the launch may start while its compile still runs (FIFO: the
-    // compile was taken first, so this wait ends).
-    std::unique_lock<std::mutex> lk(prog.mu);
-    while (!prog.done) {
-      if (cancel.load(std::memory_order_relaxed)) return -ECANCELED;
-      prog.cv.wait_for(lk, std::chrono::milliseconds(1));
-    }
+// Waits for a launch's compile; then its program's verdict.
+int AwaitCompile(Program& prog, const std::atomic<bool>& cancel) {
+  // With several pool threads the launch may start while its compile still runs (FIFO: the
+  // compile was taken first, so this wait ends).
+  std::unique_lock<std::mutex> lk(prog.mu);
+  while (!prog.done) {
+    if (cancel.load(std::memory_order_relaxed)) return -ECANCELED;
+    prog.cv.wait_for(lk, std::chrono::milliseconds(1));
   }
-  if (prog.reason != spirv::R_OK) return -EINVAL;
+  return prog.reason == spirv::R_OK ? 0 : -EINVAL;
+}
+
+// The device a launch runs on now: null (and *ns set) when it was lost under the launch.
+std::shared_ptr<Context> LaunchContext(const DispatchInput& in, uint64_t* ns) {
   // A launch queued before a device loss fails; one queued after runs on the rebuilt device.
   std::shared_ptr<Context> cur = CurrentContext();
   if (!cur || cur->lost.load() || (in.generation && cur->generation != in.generation)) {
     if (cur && cur->lost.load()) RebuildAfterLoss(*cur);
     *ns = 1;
-    return -ENODEV;
+    return nullptr;
   }
+  return cur;
+}
+
+// Whether the launch after R may be planned and submitted before R's fence: nothing of R's is
+// finished by the host after the fence (a bounce buffer's write-back), and R is one command
+// buffer on its way's queue (the chain's copy queues are not ordered with the next launch).
+bool Overlaps(const Run& R) {
+  if (!R.oneCmd || R.t.residentCheck) return false;
+  for (const Group& g : R.groups)
+    if (g.bounce.map) return false;
+  return true;
+}
+
+// Whether a launch planned behind unfinished ones must wait for them after all: its plan copied
+// host bytes into a bounce buffer, which an earlier launch may still write.
+bool Bounced(const Run& R) {
+  for (const Group& g : R.groups)
+    if (g.bounce.map) return true;
+  return false;
+}
+
+}  // namespace
+
+int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
+                  const std::vector<std::shared_ptr<DispatchInput>>& ins, const std::atomic<bool>& cancel,
+                  uint64_t* ns, uint32_t* done) {
+  *ns = 0;
+  *done = 0;
+  // Each program's objects stay as they are while its launches run (one shared hold each:
+  // a program launched twice in the batch is held once).
+  std::vector<std::pair<Program*, std::shared_lock<std::shared_mutex>>> held;
+  auto hold = [&](Program& p) {
+    for (auto& h : held)
+      if (h.first == &p) return;
+    held.emplace_back(&p, std::shared_lock<std::shared_mutex>(p.objMu));
+  };
+  auto isHeld = [&](Program& p) {
+    for (auto& h : held)
+      if (h.first == &p) return true;
+    return false;
+  };
+  std::vector<std::unique_ptr<Run>> queued;  // submitted, not yet waited for, in order
+  std::vector<std::shared_ptr<Program>> wayProgs;
+  int status = 0;
+  uint64_t lastEnd = 0;
+  // Waits for every queued launch in order; after a failure the rest are stopped through their
+  // cancel words (they are the same VM's, and its channel stops here).
+  auto drain = [&]() {
+    for (std::unique_ptr<Run>& r : queued) {
+      if (status != 0) __atomic_store_n(&r->lane->controlWords[0], 1u, __ATOMIC_SEQ_CST);
+      r->tsFloor = lastEnd;
+      uint64_t n = 0;
+      const int st = WaitAndFinish(*r, cancel, &n);
+      *ns += n;
+      lastEnd = r->tsEnd;
+      if (status == 0) {
+        if (st == 0) (*done)++;
+        else status = st;
+      }
+      r.reset();
+    }
+    queued.clear();
+  };
+  for (size_t i = 0; i < ins.size() && status == 0; i++) {
+    Program& prog = *progs[i];
+    const DispatchInput& in = *ins[i];
+    if (cancel.load(std::memory_order_relaxed)) {
+      drain();
+      if (status == 0) status = -ECANCELED;
+      break;
+    }
+    int st = AwaitCompile(prog, cancel);
+    uint64_t lostNs = 0;
+    std::shared_ptr<Context> cur = st ? nullptr : LaunchContext(in, &lostNs);
+    if (st == 0 && !cur) st = -ENODEV;
+    if (st == 0 && prog.ctx != cur) {
+      // Rebuilt after a loss: recompiled on the new device, unless this batch holds it already.
+      if (isHeld(prog) || Recompile(prog, cur) != 0 || prog.ctx != cur) st = -ENODEV;
+    }
+    if (st == 0) {
+      hold(prog);
+      if (prog.ctx != cur) st = -ENODEV;
+    }
+    if (st == 0) st = CheckLaunch(prog, in, cur->info);
+    if (st) {
+      drain();
+      *ns += lostNs;
+      if (status == 0) status = st;
+      break;
+    }
+    // A way beyond the first runs on a device of its own (WayContext).
+    std::shared_ptr<Context> ctx = cur;
+    Program* use = &prog;
+    std::shared_ptr<Context> wc = WayContext(cur, in.way);
+    if (wc != cur) {
+      std::shared_ptr<Program> wb = WayBuild(prog, wc);
+      if (wb && wb->pipeline) {
+        ctx = wc;
+        use = wb.get();
+        wayProgs.push_back(std::move(wb));
+      }
+    }
+    // Behind a launch whose host side finishes after its fence, or on another device: wait first.
+    if (!queued.empty() && (!Overlaps(*queued.back()) || &queued.back()->c != ctx.get())) drain();
+    if (status != 0) break;
+    auto R = std::make_unique<Run>(*ctx, *use, in);
+    R->orderAfter = !queued.empty();
+    st = Begin(*R);
+    if (st == 0 && R->orderAfter && Bounced(*R)) {
+      // Its plan read host bytes that the launches before it may still write: plan it again
+      // once they are done.
+      R.reset();
+      drain();
+      if (status != 0) break;
+      R = std::make_unique<Run>(*ctx, *use, in);
+      st = Begin(*R);
+    }
+    if (st) {
+      R.reset();
+      drain();
+      if (status == 0) status = st;
+      break;
+    }
+    queued.push_back(std::move(R));
+  }
+  drain();
+  return status;
+}
+
+int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bool>& cancel,
+                    uint64_t* ns) {
+  if (int st = AwaitCompile(prog, cancel)) return st;
+  std::shared_ptr<Context> cur = LaunchContext(in, ns);
+  if (!cur) return -ENODEV;
   std::shared_lock<std::shared_mutex> objLock(prog.objMu);
   if (prog.ctx != cur) {
     objLock.unlock();

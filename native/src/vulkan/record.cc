@@ -100,7 +100,7 @@ void MakeReplayKey(Run& R) {
     const bool staged = R.c.info.staging;
     key.reserve(32 + in.params.size() / 8 + 2 * in.windows.size() + in.panelRowBytes.size() + 4 * R.groups.size());
     key.assign({R.prog.serial, R.ts ? 1u : 0u, R.oneCmd ? 1u : 0u, staged ? 1u : 0u, R.panels, R.rowsPer,
-                R.ks.slices, R.fillEach ? 1u : 0u, in.grid[0], in.grid[1], in.grid[2], R.prog.pushRange,
+                R.ks.slices, R.fillEach ? 1u : 0u, R.orderAfter ? 1u : 0u, in.grid[0], in.grid[1], in.grid[2], R.prog.pushRange,
                 in.params.size(), in.windows.size(), in.overwrites.size(), in.panelRowBytes.size(), R.groups.size(),
                 in.kStream.binding, in.kStream.rowBytes, in.kStream.k0Offset, in.kStream.k1Offset,
                 in.kStream.accumulateOffset, R.ks.kBound.size()});
@@ -145,9 +145,20 @@ int RecordOne(Run& R, const VkCommandBufferBeginInfo& bi) {
   std::vector<VkBufferCopy> reg, fills;
   // Nothing staged (a launch without buffers): no copies, so no barriers around them.
   const bool copies = R.c.info.staging && !R.groups.empty();
+  // Behind an earlier launch of the batch still on the queue: everything it wrote (shaders,
+  // copies) visible to this launch's copies and shaders, and its reads done before they write.
+  if (R.orderAfter) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT;
+    f.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                           nullptr, 0, nullptr);
+  }
   if (copies) {
     bool mirrored = false;
-    for (const Group& g : R.groups) mirrored = mirrored || g.mir != nullptr;
+    for (const Group& g : R.groups) mirrored = mirrored || (g.mir != nullptr && !R.orderAfter);
     // A mirror outlives the launch: the queue's earlier launches (the VM's way) wrote it in their
     // shaders and read it in their write-backs. Their writes are made visible to this launch's
     // uploads and shaders, and its uploads wait for their reads.

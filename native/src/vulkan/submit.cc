@@ -170,6 +170,8 @@ int ReadTimestamps(Run& R, uint64_t* devNs, bool* haveTs) {
                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
   if (r == VK_ERROR_DEVICE_LOST) return MarkLost(c, "vkGetQueryPoolResults");
   if (r == VK_SUCCESS) {
+    R.tsEnd = ts[1];
+    if (R.tsFloor > ts[0] && R.tsFloor <= ts[1]) ts[0] = R.tsFloor;
     uint64_t d = (ts[1] - ts[0]) & c.info.timestampMask;
     *devNs = uint64_t(double(d) * c.info.timestampPeriod);
     *haveTs = true;

@@ -343,6 +343,15 @@ struct DispatchInput {
 // *ns = device time from timestamps (wall time without them).
 int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bool>& cancel,
                     uint64_t* ns);
+// Pool thread: a channel's launches in order, as one job (a guest submission's dispatches between
+// two synchronization points, hw-spec §6.3 "Batched launches"). Each is submitted without waiting
+// for the one before where nothing on the host side depends on it (program.cc, Overlaps); a
+// barrier at the top of its command buffer orders it after them on the way's queue. Stops at the
+// first launch that fails and returns its status; *done = the launches that completed before it
+// (all of them on success). *ns = their device time.
+int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
+                  const std::vector<std::shared_ptr<DispatchInput>>& ins, const std::atomic<bool>& cancel,
+                  uint64_t* ns, uint32_t* done);
 
 // Import cost, measured by the dispatch path (for the bench/test report).
 struct ImportStats {

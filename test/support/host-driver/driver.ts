@@ -386,6 +386,39 @@ export class HostChannel {
     return this.wait(r.payload);
   }
 
+  /**
+   * Several program launches in one pushbuffer segment and one fence after the last, as a guest
+   * driver submits a command buffer: the engine runs them as one batch (hw-spec §6.3 "Batched
+   * launches"). Resolves when the fence is reached.
+   */
+  launchPrograms(launches: { module: ProgramModule; l: ProgramLaunch }[]): Promise<void> {
+    const r = this.nextRelease();
+    const offs: number[] = [];
+    let total = 0;
+    for (const x of launches) {
+      if (x.l.spec?.length) throw new RangeError('launchPrograms: no specialization constants');
+      offs.push(total);
+      total += Math.ceil((x.l.push?.length ?? 0) / 16) * 16;
+    }
+    const data = new Uint8Array(total);
+    launches.forEach((x, i) => data.set(x.l.push ?? new Uint8Array(0), offs[i]));
+    const methods = (base: number) => {
+      const enc = this.enc.clear();
+      launches.forEach((x, i) => enc.program(S.SUBCH_COMPUTE, {
+        moduleVa: x.module.va, moduleLength: x.module.length, entry: x.l.entry, grid: x.l.grid,
+        paramVa: base + offs[i]!, paramLength: x.l.push?.length ?? 0, buffers: x.l.buffers,
+      }));
+      return enc.semaphoreRelease(r).words().slice();
+    };
+    let words = methods(0);
+    if (total > 0) {
+      const start = this.pbHead + total + words.length * 4 > this.pbSize ? 0 : this.pbHead;
+      words = methods(this.pbVa + start);
+    }
+    this.submit(words, total > 0 ? data : undefined);
+    return this.wait(r.payload);
+  }
+
   /** Launch a kernel on buffers given by VA ranges; resolves on completion. */
   launch(kernel: number, buffers: { va: number; length: number }[], params?: Uint8Array): Promise<void> {
     const r = this.nextRelease();
