@@ -196,8 +196,9 @@ export interface VulkanAddon {
    * compile, missing binding, misaligned window, short params, grid over the limit), -ENODEV
    * (device lost), -EFAULT (a window could not be imported). deviceNs from GPU timestamps. */
   submitDispatch(job: DispatchJob): number;
-  /** A channel's launches in order as one job (one way); the completion's part counts those done. */
-  submitDispatchBatch(jobs: DispatchJob[]): number;
+  /** A channel's launches in order as one job on one way, packed (jobs.ts packBatch); the
+   * completion's part counts those done. */
+  submitDispatchBatch(meta: Float64Array, params: Uint8Array, way: number): number;
   /** Compile outcome; null while compiling or for an empty slot. */
   programInfo(slot: number): ProgramInfo | null;
   /** Free a slot (idempotent); jobs already queued keep the program until they end. */

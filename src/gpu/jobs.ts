@@ -3,6 +3,7 @@
 // watchdog that cancels a job running longer than its limit, and completion polling.
 import { performance } from 'node:perf_hooks';
 import { native, type CopyJob, type DispatchJob, type JobCompletion, type KernelJob, type ProgramCompileJob } from '../native.ts';
+import type { DispatchJob as ProgramDispatch } from './programs.ts';
 
 export interface JobResult {
   /** 0, or a negative errno (-ECANCELED after a cancel). */
@@ -129,9 +130,12 @@ export const jobPool = {
     return track(guard(() => native.submitDispatch(job)), watchdogMs, done);
   },
 
-  /** One channel's launches in order as one job (native DispatchBatch). */
-  submitDispatchBatch(jobs: DispatchJob[], watchdogMs: number, done: Done): number {
-    return track(guard(() => native.submitDispatchBatch(jobs)), watchdogMs, done);
+  /** One channel's launches in order as one job (native DispatchBatch), all on jobs[0].way. */
+  submitDispatchBatch(jobs: ProgramDispatch[], watchdogMs: number, done: Done): number {
+    return track(guard(() => {
+      const { meta, params } = packBatch(jobs);
+      return native.submitDispatchBatch(meta, params, jobs[0]?.way ?? 0);
+    }), watchdogMs, done);
   },
 
   cancel(id: number): void {
@@ -173,6 +177,42 @@ export const jobPool = {
     return native.poolStats().polls;
   },
 };
+
+/** A batch as native.submitDispatchBatch reads it: per launch [slot, n, grid ×3, resident mask
+ * (-1: no VRAM offsets), params offset, params length], then n × [address, length, VRAM offset]
+ * (host addresses are below 2^53). Built-in launches are never batched (no plan fields here). */
+function packBatch(jobs: ProgramDispatch[]): { meta: Float64Array; params: Uint8Array } {
+  let words = 0;
+  let bytes = 0;
+  for (const j of jobs) {
+    words += 8 + 3 * j.windows.length;
+    bytes += j.params.length;
+  }
+  const meta = new Float64Array(words);
+  const params = new Uint8Array(bytes);
+  let w = 0;
+  let p = 0;
+  for (const j of jobs) {
+    const n = j.windows.length;
+    meta[w] = j.slot;
+    meta[w + 1] = n;
+    meta[w + 2] = j.grid[0];
+    meta[w + 3] = j.grid[1];
+    meta[w + 4] = j.grid[2];
+    meta[w + 5] = j.vram ? (j.resident ?? 0) : -1;
+    meta[w + 6] = p;
+    meta[w + 7] = j.params.length;
+    params.set(j.params, p);
+    p += j.params.length;
+    w += 8;
+    for (let i = 0; i < n; i++, w += 3) {
+      meta[w] = Number(j.windows[i]!);
+      meta[w + 1] = j.lengths[i]!;
+      meta[w + 2] = j.vram ? j.vram[i]! : -1;
+    }
+  }
+  return { meta, params };
+}
 
 /** A submit that throws (argument validation in the addon) becomes a failed job, never an
  * exception through the MMIO path. */

@@ -153,6 +153,18 @@ for (const memory of ['import', 'device'] as const) {
       expect(firstBad(O.u32, reference((i) => start[i]!, 10, 1))).toBeNull();
     });
 
+    it('a malformed packed batch is refused with a clear error, never run', () => {
+      const bad = (meta: number[], params = new Uint8Array(0)) => () => native.submitDispatchBatch(new Float64Array(meta), params, 0);
+      expect(bad([])).toThrow(/no launches/);
+      expect(bad([1, 0, 1, 1, 1, -1, 0])).toThrow(/launch 0 is malformed/);           // truncated
+      expect(bad([1, 99, 1, 1, 1, -1, 0, 0])).toThrow(/malformed/);                  // too many windows
+      expect(bad([1, 0, 1.5, 1, 1, -1, 0, 0])).toThrow(/malformed/);                 // not an integer
+      expect(bad([1, 0, 1, 1, 1, -1, 0, 8], new Uint8Array(4))).toThrow(/malformed/); // params beyond the block
+      expect(bad([1, 1, 1, 1, 1, -1, 0, 0, 0, 16, -1])).toThrow(/malformed/);        // a null window with bytes
+      expect(bad([0x7ffffff0, 0, 1, 1, 1, -1, 0, 0])).toThrow(/slot .* is empty/);
+      expect(() => native.submitDispatchBatch([1] as unknown as Float64Array, new Uint8Array(0), 0)).toThrow(TypeError);
+    });
+
     it('a launch that never ends stops its channel; the launches before it in the batch completed', async () => {
       const ch3 = r.drv.createChannel();
       const Y = r.drv.vramBuffer(ch3.vm, BYTES);

@@ -510,44 +510,91 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, id);
 }
 
-// submitDispatchBatch([job, ...]) → job id: a channel's launches in order as one pool job
-// (vk::DispatchBatch), all on one way. The completion's `part` says how many completed.
+// submitDispatchBatch(meta: Float64Array, params: Uint8Array, way) → job id: a channel's launches
+// in order as one pool job (vk::DispatchBatch), all on one way; the completion's `part` says how
+// many completed. Packed (src/gpu/jobs.ts packBatch) because reading a job object per launch cost
+// more than the rest of the launch's JS: per launch [slot, n, gridX, gridY, gridZ, resident
+// (-1: no VRAM offsets), paramOffset, paramLength] then n × [address, length, vramOffset (-1)].
 Napi::Value SubmitDispatchBatch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsArray() || info[0].As<Napi::Array>().Length() == 0 ||
-      info[0].As<Napi::Array>().Length() > kMaxBatch) {
-    ThrowTypeError(env, "jobs must be an array of 1 to %zu launch objects", kMaxBatch);
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      !info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    ThrowTypeError(env, "submitDispatchBatch(meta: Float64Array, params: Uint8Array, way)");
     return env.Undefined();
   }
-  Napi::Array a = info[0].As<Napi::Array>();
-  std::vector<std::shared_ptr<Program>> progs(a.Length());
-  std::vector<std::shared_ptr<vk::DispatchInput>> ins(a.Length());
-  for (uint32_t i = 0; i < a.Length(); i++) {
-    Napi::Value v = a.Get(i);
-    if (!v.IsObject()) {
-      ThrowTypeError(env, "jobs[%u] must be an object {slot, windows, lengths, params, grid}", i);
+  Napi::Float64Array meta = info[0].As<Napi::Float64Array>();
+  Napi::Uint8Array pbytes = info[1].As<Napi::Uint8Array>();
+  int64_t way;
+  if (!ValueInt(env, info[2], "way", 0, UINT32_MAX, &way)) return env.Undefined();
+  const double* m = meta.Data();
+  const size_t mn = meta.ElementLength();
+  // Every number must be an integer in [lo, hi]; anything else is a malformed batch.
+  auto num = [&](size_t at, double lo, double hi, double* out) {
+    if (at >= mn) return false;
+    const double v = m[at];
+    if (!(v >= lo && v <= hi) || v != double(int64_t(v))) return false;
+    *out = v;
+    return true;
+  };
+  std::vector<std::shared_ptr<Program>> progs;
+  std::vector<std::shared_ptr<vk::DispatchInput>> ins;
+  size_t at = 0;
+  while (at < mn) {
+    double slot, n, g[3], res, po, pl;
+    bool ok = num(at, 0, double(kMaxSlot), &slot) && num(at + 1, 0, double(kMaxWindows), &n) &&
+              num(at + 2, 0, UINT32_MAX, &g[0]) && num(at + 3, 0, UINT32_MAX, &g[1]) &&
+              num(at + 4, 0, UINT32_MAX, &g[2]) && num(at + 5, -1, UINT32_MAX, &res) &&
+              num(at + 6, 0, double(pbytes.ElementLength()), &po) && num(at + 7, 0, double(kMaxParamBytes), &pl) &&
+              po + pl <= double(pbytes.ElementLength());
+    auto in = std::make_shared<vk::DispatchInput>();
+    for (size_t i = 0; ok && i < size_t(n); i++) {
+      double addr, len, vram;
+      const size_t w = at + 8 + 3 * i;
+      ok = num(w, 0, double(kMaxSafe), &addr) && num(w + 1, 0, double(kMaxSafe), &len) &&
+           num(w + 2, -1, double(kMaxSafe), &vram) && !(len > 0 && addr == 0);
+      if (!ok) break;
+      in->windows.push_back(uint64_t(addr));
+      in->lengths.push_back(uint64_t(len));
+      if (res >= 0) in->vram.push_back(vram < 0 ? UINT64_MAX : uint64_t(vram));
+    }
+    if (!ok || ins.size() == kMaxBatch) {
+      ThrowRangeError(env, "submitDispatchBatch: launch %zu is malformed", ins.size());
       return env.Undefined();
     }
-    ins[i] = std::make_shared<vk::DispatchInput>();
-    if (!ParseDispatch(env, v.As<Napi::Object>(), &progs[i], ins[i].get())) return env.Undefined();
-    if (ins[i]->way != ins[0]->way) {
-      ThrowRangeError(env, "jobs[%u] is on another way than jobs[0]: a batch is one channel's", i);
-      return env.Undefined();
+    for (int i = 0; i < 3; i++) in->grid[i] = uint32_t(g[i]);
+    in->residentMask = res < 0 ? 0 : uint32_t(res);
+    in->params.assign(pbytes.Data() + size_t(po), pbytes.Data() + size_t(po) + size_t(pl));
+    in->way = uint32_t(way);
+    std::shared_ptr<Program> prog;
+    {
+      std::lock_guard<std::mutex> lk(g_mu);
+      auto it = Slots().find(uint32_t(slot));
+      if (it == Slots().end()) {
+        ThrowRangeError(env, "program slot %lld is empty", (long long)slot);
+        return env.Undefined();
+      }
+      prog = it->second;
     }
+    progs.push_back(std::move(prog));
+    ins.push_back(std::move(in));
+    at += 8 + 3 * size_t(n);
+  }
+  if (ins.empty()) {
+    ThrowRangeError(env, "submitDispatchBatch: no launches");
+    return env.Undefined();
   }
   std::shared_ptr<Context> cur = Ctx();
   int setup = cur ? 0 : -ENODEV;
   for (auto& p : progs)
     if (!p->ctx) setup = -ENODEV;
   for (auto& in : ins) in->generation = cur ? cur->generation : 0;
-  const uint32_t way = ins[0]->way;
   PoolTask task = [progs = std::move(progs), ins = std::move(ins)](const std::atomic<bool>& cancel, uint64_t* ns) {
     uint32_t done = 0;
     const int st = vk::DispatchBatch(progs, ins, cancel, ns, &done);
     addon::SetTaskPart(done);
     return st;
   };
-  uint32_t id = EnqueueTask(env, "submitDispatchBatch", std::move(task), setup, false, way);
+  uint32_t id = EnqueueTask(env, "submitDispatchBatch", std::move(task), setup, false, uint32_t(way));
   if (id == 0) return env.Undefined();
   return Napi::Number::New(env, id);
 }
