@@ -28,7 +28,8 @@
 //                       [--modules DIR] [--model-dir DIR] [--native-icd FILE] [--icd FILE]
 //                       [--deadline-s S] [--timeout-s S] [--ready-timeout-s S]
 //                       [--flash-attention auto|on|off] [--native-features full|vugpu]
-//                       [--watchdog-ms N] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
+//                       [--watchdog-ms N] [--policy NAME] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
+// --policy: serve's scheduler (default: serve's own, fair); the tenants phase is where it matters.
 // --quick: the tiny shape, a 64-token prompt, 16 tokens (this 2-core host with lavapipe).
 // The guest side runs the application image's model (/opt/models/tiny.gguf: shape tiny, f32,
 // seed 1, the same writer), so it takes --shapes tiny --type f32, and the tenants phase leaves it
@@ -70,7 +71,7 @@ try {
       'deadline-s': { type: 'string' }, 'timeout-s': { type: 'string', default: '600' }, 'flash-attention': { type: 'string' },
       'native-features': { type: 'string', default: 'full' },
       device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
-      'watchdog-ms': { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
+      'watchdog-ms': { type: 'string' }, policy: { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
       'guest-ready-timeout-s': { type: 'string', default: '900' },
     },
   }).values;
@@ -123,6 +124,8 @@ for (const s of shapes) {
 }
 const variant = outVariant(BENCH, str('out'));
 const watchdogMs = str('watchdog-ms') === undefined ? undefined : int('watchdog-ms', 0);
+const policy = str('policy');
+if (policy !== undefined && !/^[a-z]+$/.test(policy)) usage(`--policy takes a scheduler's name (serve --help lists them), not ${policy}`);
 const T0 = performance.now();
 const timeLeftS = () => deadlineS - (performance.now() - T0) / 1000;
 
@@ -401,6 +404,7 @@ async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ serv
   const vram = Math.ceil((vms * sliceMiB * 9) / 8);
   const args = ['--engine', 'vulkan', '--vram', `${vram}M`, '--metrics-port', String(metricsPort), '--mode', 'fv'];
   if (watchdogMs !== undefined) args.push('--watchdog-ms', String(watchdogMs));
+  if (policy !== undefined) args.push('--policy', policy);
   for (let i = 1; i < vms; i++) args.push('--vm', `name=${vmName(i)},socket=${sockets[i]},mode=fv`);
   const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000 });
   // VUGPU_BENCH_SERVER_LOG=FILE: the server's output is appended there when the bench exits
@@ -735,7 +739,7 @@ async function main(): Promise<number> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-'));
   const result: Record<string, unknown> = {
     complete: false,
-    config: { watchdogMs: watchdogMs ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
+    config: { watchdogMs: watchdogMs ?? 'serve default', policy: policy ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
       loadAvgAtStart: os.loadavg().map((x) => +x.toFixed(2)) },
     oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, guestCounts: {} as Record<string, unknown>,
     tenants: {} as Record<string, unknown>,
