@@ -170,15 +170,27 @@ interface LastProgram {
 const recentPrograms = new WeakMap<ChannelState, Map<string, LastProgram>>();
 const RECENT_PROGRAM_BYTES = 8 << 20;
 
-function recentProgram(ch: ChannelState, where: string, owner: number, module: Uint8Array, entry: number, spec: Uint8Array): LastProgram {
+function recentProgram(cp: ClassContext, ch: ChannelState, va: number, length: number, ext: Extent[], entry: number,
+                       spec: Uint8Array): LastProgram | null {
+  const where = `${va}:${length}:${entry}`;
+  const owner = ch.owner;
   let m = recentPrograms.get(ch);
   if (!m) recentPrograms.set(ch, (m = new Map()));
   const hit = m.get(where);
-  if (hit && hit.owner === owner && hit.entry === entry && sameBytes(hit.module, module) && sameBytes(hit.spec, spec)) {
-    m.delete(where); // most recent last: the first entry is the one to evict
-    m.set(where, hit);
-    return hit;
+  const same = hit !== undefined && hit.owner === owner && hit.entry === entry && sameBytes(hit.spec, spec);
+  // Compared where the module lies when that is VRAM: no copy of its bytes per launch.
+  let module: Uint8Array | null = null;
+  if (same && !inVram(cp.core.vram, ext, hit!.module)) {
+    module = cp.readVa(ch, va, length, UNIT.COMPUTE);
+    if (!module) return null;
   }
+  if (same && (module === null || sameBytes(hit!.module, module))) {
+    m.delete(where); // most recent last: the first entry is the one to evict
+    m.set(where, hit!);
+    return hit!;
+  }
+  module ??= cp.readVa(ch, va, length, UNIT.COMPUTE);
+  if (!module) return null;
   const last = { owner, module: module.slice(), entry, spec: spec.slice(), key: ProgramCache.key(module, entry, spec) };
   m.delete(where);
   m.set(where, last);
@@ -194,6 +206,17 @@ function recentProgram(ch: ChannelState, where: string, owner: number, module: U
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && Buffer.compare(a, b) === 0;
+}
+
+/** Whether the VRAM extents hold exactly `bytes` (false when any extent is not VRAM). */
+function inVram(vram: { fd: number; u8: Uint8Array }, ext: Extent[], bytes: Uint8Array): boolean {
+  let at = 0;
+  for (const e of ext) {
+    if (e.fd !== vram.fd || at + e.length > bytes.length) return false;
+    if (Buffer.compare(vram.u8.subarray(e.offset, e.offset + e.length), bytes.subarray(at, at + e.length)) !== 0) return false;
+    at += e.length;
+  }
+  return at === bytes.length;
 }
 
 function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: PostOp): Step {
@@ -214,9 +237,10 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
     if (va % lim.bufferAlign !== 0 || k.buffers[4 * i + 2]! > lim.maxBufferBytes) return cp.programError(ch, PROG_REASON.BUFFER);
   }
 
-  // Step 2: module, specialization and parameters through the MMU.
-  const module = cp.readVa(ch, progVa, len, UNIT.COMPUTE);
-  if (!module) return STOP;
+  // Step 2: module, specialization and parameters through the MMU (the module's bytes are read
+  // only when they are not those of a recent launch: recentProgram).
+  const moduleExt = cp.translate(ch, progVa, len, false, UNIT.COMPUTE);
+  if (!moduleExt) return STOP;
   let spec = NO_BYTES;
   if (k.specCount > 0) {
     const specVa = k.specHi * TWO32 + k.specLo;
@@ -234,7 +258,8 @@ function launchProgram(cp: ClassContext, ch: ChannelState, flags: number, post: 
 
   // Step 3: the owner's compiled program, or a compile beside the device.
   const entry = k.progEntry;
-  const l = recentProgram(ch, `${progVa}:${len}:${entry}`, ch.owner, module, entry, spec);
+  const l = recentProgram(cp, ch, progVa, len, moduleExt, entry, spec);
+  if (!l) return STOP;
   // A launch that must wait for its compile does not wait with a batch before it: the batch
   // runs meanwhile.
   if (cp.batched(ch) && !cache.settled(ch.owner, l.key)) return cp.flushBatch(ch);

@@ -11,6 +11,11 @@ interface Entry {
   win: MapWindow;
   users: number;
   lastUse: number;
+  key: string;
+  /** A window of one VRAM extent: its mode, offset and length (the numeric index). */
+  mode: string;
+  offset: number;
+  length: number;
 }
 
 export interface WindowRef {
@@ -19,10 +24,34 @@ export interface WindowRef {
   release(): void;
 }
 
+/** A handed-out reference to a cached window: released once. */
+class CachedRef implements WindowRef {
+  readonly id: number;
+  readonly address: bigint;
+  private released = false;
+  private readonly cache: WindowCache;
+  private readonly entry: Entry;
+  constructor(cache: WindowCache, entry: Entry) {
+    this.cache = cache;
+    this.entry = entry;
+    this.id = entry.win.id;
+    this.address = entry.win.address;
+  }
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.entry.users--;
+    this.cache.trim();
+  }
+}
+
 export class WindowCache {
   private vramFd: number;
   private max: number;
   private entries = new Map<string, Entry>();
+  /** Windows of one VRAM extent by mode, offset and length: an application's bindings are such
+   * windows, and building a string key per binding and launch cost more than the lookup. */
+  private single = new Map<string, Map<number, Map<number, Entry>>>();
   private clock = 0;
   hits = 0;
   misses = 0;
@@ -46,41 +75,47 @@ export class WindowCache {
       return { id: w.id, address: w.address, release: () => native.unmapWindow(w.id) };
     }
     const shared = readonly && this.readOnly === 'shared';
-    let key = readonly ? (shared ? 's' : 'r') : 'w';
-    for (const e of extents) key += `${e.offset}+${e.length},`;
-    let ent = this.entries.get(key);
+    const mode = readonly ? (shared ? 's' : 'r') : 'w';
+    let ent: Entry | undefined;
+    if (extents.length === 1) ent = this.single.get(mode)?.get(extents[0]!.offset)?.get(extents[0]!.length);
+    else ent = this.entries.get(keyOf(mode, extents));
     if (ent) {
       this.hits++;
     } else {
       this.misses++;
-      ent = { win: native.mapWindow(extents, readonly, shared), users: 0, lastUse: 0 };
+      const key = keyOf(mode, extents);
+      const one = extents.length === 1;
+      ent = { win: native.mapWindow(extents, readonly, shared), users: 0, lastUse: 0, key, mode: one ? mode : '',
+        offset: one ? extents[0]!.offset : -1, length: one ? extents[0]!.length : -1 };
       this.entries.set(key, ent);
+      if (one) {
+        let byMode = this.single.get(mode);
+        if (!byMode) this.single.set(mode, (byMode = new Map()));
+        let byOffset = byMode.get(ent.offset);
+        if (!byOffset) byMode.set(ent.offset, (byOffset = new Map()));
+        byOffset.set(ent.length, ent);
+      }
     }
     ent.users++;
     ent.lastUse = ++this.clock;
     // Only after users++: a full cache must not evict (unmap) the window being handed out.
-    this.evict();
-    const e = ent;
-    let released = false;
-    return {
-      id: e.win.id,
-      address: e.win.address,
-      release: () => {
-        if (released) return;
-        released = true;
-        e.users--;
-        this.evict();
-      },
-    };
+    this.trim();
+    return new CachedRef(this, ent);
   }
 
-  private evict(): void {
+  /** Unmap the least recently used idle windows beyond the cache's size. */
+  trim(): void {
     while (this.entries.size > this.max) {
-      let victim: [string, Entry] | null = null;
-      for (const kv of this.entries) if (kv[1].users === 0 && (!victim || kv[1].lastUse < victim[1].lastUse)) victim = kv;
+      let victim: Entry | null = null;
+      for (const e of this.entries.values()) if (e.users === 0 && (!victim || e.lastUse < victim.lastUse)) victim = e;
       if (!victim) return;
-      this.entries.delete(victim[0]);
-      native.unmapWindow(victim[1].win.id);
+      this.entries.delete(victim.key);
+      if (victim.offset >= 0) {
+        const byOffset = this.single.get(victim.mode)?.get(victim.offset);
+        byOffset?.delete(victim.length);
+        if (byOffset?.size === 0) this.single.get(victim.mode)!.delete(victim.offset);
+      }
+      native.unmapWindow(victim.win.id);
     }
   }
 
@@ -88,7 +123,13 @@ export class WindowCache {
   clear(): void {
     const max = this.max;
     this.max = 0;
-    this.evict();
+    this.trim();
     this.max = max;
   }
+}
+
+function keyOf(mode: string, extents: Extent[]): string {
+  let key = mode;
+  for (const e of extents) key += `${e.offset}+${e.length},`;
+  return key;
 }
