@@ -198,6 +198,17 @@ export class Vugpu {
         help: 'Program dispatches the Vulkan backend ran (a launch of a built-in with a plan may be several).',
         samples: () => [{ labels: {}, value: vk.dispatchPhases().dispatches }],
       });
+      const batches = this.engine.cp.batchStats;
+      this.metrics.addFamily({
+        name: 'program_batches_total', type: 'counter',
+        help: 'Batches of program launches handed to the device as one job (hw-spec §6.3.1 "Batched launches").',
+        samples: () => [{ labels: {}, value: batches.batches }],
+      });
+      this.metrics.addFamily({
+        name: 'program_batched_launches_total', type: 'counter',
+        help: 'Program launches that went to the device in those batches.',
+        samples: () => [{ labels: {}, value: batches.launches }],
+      });
     }
     this.metrics.addFamily({
       name: 'completion_poll_budget_microseconds', type: 'gauge',
