@@ -15,10 +15,9 @@ import {
   UNIT, USERD, type FaultUnit,
 } from './spec.ts';
 import { WindowCache } from './windows.ts';
-import type { ProgramCache } from './programs.ts';
+import type { DispatchJob, ProgramCache } from './programs.ts';
 import { copyMethod } from './copy.ts';
 import { BLOCK, CONTINUE, RETRY, STOP, type ClassContext, type ClassMethod, type PostOp, type Step } from './step.ts';
-import type { DispatchJob } from './programs.ts';
 
 import { computeMethod } from './compute.ts';
 import { GpuJob, type ContextSwitch } from './ctxsw.ts';
