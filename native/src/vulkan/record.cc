@@ -145,9 +145,14 @@ int RecordOne(Run& R, const VkCommandBufferBeginInfo& bi) {
   std::vector<VkBufferCopy> reg, fills;
   // Nothing staged (a launch without buffers): no copies, so no barriers around them.
   const bool copies = R.c.info.staging && !R.groups.empty();
-  // Behind an earlier launch of the batch still on the queue: everything it wrote (shaders,
-  // copies) visible to this launch's copies and shaders, and its reads done before they write.
-  if (R.orderAfter) {
+  bool mirrored = false;
+  if (copies)
+    for (const Group& g : R.groups) mirrored = mirrored || g.mir != nullptr;
+  // Work before it on the queue wrote what this launch reads: an earlier launch of its batch
+  // still running (orderAfter), or — a mirror outlives the launch — the way's earlier launches,
+  // which wrote the mirror in their shaders and read it in their write-backs. Their writes are
+  // made visible to this launch's copies and shaders, and its copies wait for their reads.
+  if (R.orderAfter || mirrored) {
     VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
@@ -157,20 +162,6 @@ int RecordOne(Run& R, const VkCommandBufferBeginInfo& bi) {
                            nullptr, 0, nullptr);
   }
   if (copies) {
-    bool mirrored = false;
-    for (const Group& g : R.groups) mirrored = mirrored || (g.mir != nullptr && !R.orderAfter);
-    // A mirror outlives the launch: the queue's earlier launches (the VM's way) wrote it in their
-    // shaders and read it in their write-backs. Their writes are made visible to this launch's
-    // uploads and shaders, and its uploads wait for their reads.
-    if (mirrored) {
-      VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-      mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                         VK_ACCESS_TRANSFER_WRITE_BIT;
-      f.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
-                             nullptr, 0, nullptr);
-    }
     for (const Group& g : R.groups) {
       if (g.mir) {
         if (!g.resUp.empty())
