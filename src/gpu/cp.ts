@@ -42,6 +42,7 @@ interface Batch {
 }
 const ACQUIRE_POLL_MS = 1;
 const ECANCELED = 125;
+const EAGAIN = 11;
 const ELOOP = 40;
 const ENODEV = 19;
 const TWO32 = 0x1_0000_0000;
@@ -74,7 +75,7 @@ export class CommandProcessor implements ClassContext {
   /** Launches per batch at most (1: none batched). */
   batchLaunches = batchLaunches();
   /** Batches run and the launches in them (/metrics; tests). */
-  readonly batchStats = { batches: 0, launches: 0 };
+  readonly batchStats = { batches: 0, launches: 0, yields: 0 };
   private ready = new Set<ChannelState>();
   /** No method runs while halted (a live upgrade's handover: jobs in flight finish, nothing new
    * starts, so the last checkpoint is exact wherever a channel stands in its pushbuffer). */
@@ -514,7 +515,8 @@ export class CommandProcessor implements ClassContext {
 
   /** Block the channel on a native job; `cleanup` runs when it completes (unmap windows). */
   startJob(ch: ChannelState, submit: (watchdogMs: number, done: (r: JobResult) => void) => number,
-           post: PostOp, cleanup: () => void, gpu: GpuJob = GpuJob.NONE, wheres: number[] | null = null): Step {
+           post: PostOp, cleanup: () => void, gpu: GpuJob = GpuJob.NONE, wheres: number[] | null = null,
+           resume: ((part: number) => boolean) | null = null): Step {
     if (!this.poolHeld) {
       jobPool.acquire();
       this.poolHeld = true;
@@ -529,7 +531,7 @@ export class CommandProcessor implements ClassContext {
       ch.job = submit(this.watchdogMs, (r) => {
         this.inFlight--;
         cleanup();
-        this.jobDone(ch, epoch, where, r, post);
+        this.jobDone(ch, epoch, where, r, post, resume);
       });
       return BLOCK;
     }
@@ -545,7 +547,7 @@ export class CommandProcessor implements ClassContext {
         this.inFlight--;
         ctxsw.leave(ch);
         cleanup();
-        this.jobDone(ch, epoch, where, r, post);
+        this.jobDone(ch, epoch, where, r, post, resume);
       });
       ctxsw.started(ch, gpu);
       return true;
@@ -554,16 +556,21 @@ export class CommandProcessor implements ClassContext {
     return BLOCK;
   }
 
-  private jobDone(ch: ChannelState, epoch: number, where: number | number[], r: JobResult, post: PostOp): void {
+  private jobDone(ch: ChannelState, epoch: number, where: number | number[], r: JobResult, post: PostOp,
+                  resume: ((part: number) => boolean) | null = null): void {
     // Device time is spent whether or not anyone still wants the result.
     ch.deviceNs += r.deviceNs;
     ch.busyNs += r.deviceNs;
-    ch.jobs += typeof where === 'number' ? 1 : where.length;
+    const yielded = r.status === -EAGAIN && !r.timedOut && resume !== null;
+    ch.jobs += typeof where === 'number' ? 1 : yielded ? (r.part ?? 0) : where.length;
     const cut = ch.ctxswCut;
     ch.ctxswCut = false;
     if (epoch !== ch.epoch || ch.wait !== WAIT_JOB) return;
     ch.job = -1;
     ch.wait = WAIT_NONE;
+    // A batch that gave the device to another VM runs its remaining launches as a job of its own,
+    // behind that VM's (the context switch admits them in turn).
+    if (yielded && resume!(r.part ?? 0)) return;
     // A batch names the launch that ended it.
     this.where = typeof where === 'number' ? where : where[Math.min(r.part ?? 0, where.length - 1)]!;
     if (r.timedOut) {
@@ -633,9 +640,31 @@ export class CommandProcessor implements ClassContext {
       this.startJob(ch, (wd, done) => backend.dispatch(job, wd, done), post, b.cleanups[0]!, GpuJob.PROGRAM);
       return;
     }
-    this.startJob(ch, (wd, done) => backend.dispatchBatch!(b.jobs, wd, done), post, () => {
-      for (const c of b.cleanups) c();
-    }, GpuJob.PROGRAM, b.wheres);
+    this.runBatch(ch, b, 0, post);
+  }
+
+  /** The launches of batch b from `from` on as one job; when it yields the device to another VM
+   * (status -EAGAIN after `part` launches) the rest run as the next job, and the batch's windows
+   * stay mapped until its last launch is done. */
+  private runBatch(ch: ChannelState, b: Batch, from: number, post: PostOp): void {
+    const backend = this.programs!.backend;
+    const jobs = from === 0 ? b.jobs : b.jobs.slice(from);
+    const wheres = from === 0 ? b.wheres : b.wheres.slice(from);
+    const epoch = ch.epoch;
+    let yielded = false;
+    // Only the part that yielded and will be resumed keeps the windows.
+    const resumes = (): boolean => yielded && ch.epoch === epoch && ch.wait === WAIT_JOB;
+    this.startJob(ch, (wd, done) => backend.dispatchBatch!(jobs, wd, (r) => {
+      yielded = r.status === -EAGAIN && !r.timedOut && (r.part ?? 0) < jobs.length;
+      done(r);
+    }), post, () => {
+      if (!resumes()) for (const c of b.cleanups) c();
+    }, GpuJob.PROGRAM, wheres, (part) => {
+      if (!yielded) return false;
+      this.batchStats.yields++;
+      this.runBatch(ch, b, from + part, post);
+      return true;
+    });
   }
 
   /** The channel stopped with launches still in its batch: they never run. */

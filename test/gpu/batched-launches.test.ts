@@ -202,3 +202,73 @@ for (const memory of ['import', 'device'] as const) {
     }, 30_000);
   });
 }
+
+// On a device that cannot switch a running program out, the engine switches between VMs itself
+// (ctxsw.ts). A batch must not hold the device for all its launches while another VM waits: it
+// yields at a launch boundary and runs the rest after the neighbour's work (hw-spec §6.3.1).
+describe('batched launches beside another VM (the engine\'s context switch)', () => {
+  /** b[i] = spin(b[i]): n rounds of an LCG from the buffer's value (each launch depends on the last). */
+  const SPIN = `#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer B { uint b[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; uint v = b[i]; for (uint k = 0u; k < p.n; k++) v = v * 1664525u + 1013904223u; b[i] = v; }`;
+  const WORDS = 4096;
+  const spinRef = (v: number, n: number, times: number) => {
+    for (let t = 0; t < times; t++) for (let k = 0; k < n; k++) v = (Math.imul(v, 1664525) + 1013904223) >>> 0;
+    return v;
+  };
+  let r: Rig;
+  let backend: VulkanBackend;
+
+  beforeAll(() => {
+    backend = VulkanBackend.open(DEVICE);
+    // A timeslice far above one launch: nothing here is cut, a yield is what lets the neighbour in.
+    r = rig({ programs: backend, vramSize: 64 << 20, watchdogMs: 20_000, timesliceAlways: true, timesliceMs: 2_000 });
+  });
+  afterAll(() => {
+    r?.close();
+    backend?.close();
+  });
+
+  it('a long batch yields to a waiting VM at a launch boundary and finishes afterwards, in order', async () => {
+    expect(r.engine.cp.ctxsw).not.toBeNull();
+    const a = r.drv.createChannel();
+    const b = r.drv.createChannel();
+    r.engine.setChannelOwner(a.chid, 1);
+    r.engine.setChannelOwner(b.chid, 2);
+    const A = r.drv.vramBuffer(a.vm, 4 * WORDS);
+    const Bb = r.drv.vramBuffer(b.vm, 4 * WORDS);
+    const a32 = new Uint32Array(A.u8.buffer, A.u8.byteOffset, WORDS);
+    const b32 = new Uint32Array(Bb.u8.buffer, Bb.u8.byteOffset, WORDS);
+    const spinA = r.drv.programBuffer(a.vm, glsl(SPIN));
+    const spinB = r.drv.programBuffer(b.vm, glsl(SPIN));
+    const launch = (n: number) => ({ grid: [WORDS / 64, 1, 1] as [number, number, number], push: u32(n), buffers: [{ va: A.va, length: 4 * WORDS }] });
+    // Compiled first, and a launch's length measured: the batch's launches are a few ms each.
+    await b.launchProgram(spinB, { grid: [1, 1, 1], push: u32(1), buffers: [{ va: Bb.va, length: 4 * WORDS }] });
+    await a.launchProgram(spinA, launch(1));
+    let n = 2000;
+    for (;;) {
+      const t0 = performance.now();
+      await a.launchProgram(spinA, launch(n));
+      const ms = performance.now() - t0;
+      if (ms >= 3 || n >= 1 << 22) break;
+      n *= 2;
+    }
+    a32.fill(0);
+    b32.fill(0);
+    const y0 = r.engine.cp.batchStats.yields;
+    const COUNT = 40;
+    const order: string[] = [];
+    const pa = a.launchPrograms(Array.from({ length: COUNT }, () => ({ module: spinA, l: launch(n) }))).then(() => order.push('a'));
+    // The neighbour's one short launch, once the batch is on the device.
+    await new Promise((res) => setTimeout(res, 10));
+    const pb = b.launchProgram(spinB, { grid: [WORDS / 64, 1, 1], push: u32(3), buffers: [{ va: Bb.va, length: 4 * WORDS }] }).then(() => order.push('b'));
+    await Promise.all([pa, pb]);
+    expect(order).toEqual(['b', 'a']);                      // the neighbour did not wait for the whole batch
+    expect(r.engine.cp.batchStats.yields - y0).toBeGreaterThan(0);
+    expect(a32[0]).toBe(spinRef(0, n, COUNT));              // every launch of the batch ran, in order
+    expect(a32[777]).toBe(spinRef(0, n, COUNT));
+    expect(b32[5]).toBe(spinRef(0, 3, 1));
+  }, 120_000);
+});

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 
 #include "../common.h"
@@ -13,6 +14,7 @@
 
 namespace vugpu::vk {
 
+using addon::CurrentPreemptAfterNs;
 using addon::NowNs;
 
 ImportStats& GetImportStats() {
@@ -137,6 +139,9 @@ bool Bounced(const Run& R) {
 
 }  // namespace
 
+// Launches of a batch submitted ahead of the one the host waits for.
+constexpr size_t kAhead = 4;
+
 int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
                   const std::vector<std::shared_ptr<DispatchInput>>& ins, const std::atomic<bool>& cancel,
                   uint64_t* ns, uint32_t* done) {
@@ -155,27 +160,28 @@ int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
       if (h.first == &p) return true;
     return false;
   };
-  std::vector<std::unique_ptr<Run>> queued;  // submitted, not yet waited for, in order
+  std::deque<std::unique_ptr<Run>> queued;  // submitted, not yet waited for, in order
   std::vector<std::shared_ptr<Program>> wayProgs;
   int status = 0;
   uint64_t lastEnd = 0;
-  // Waits for every queued launch in order; after a failure the rest are stopped through their
+  // Waits for the oldest queued launch; after a failure the rest are stopped through their
   // cancel words (they are the same VM's, and its channel stops here).
-  auto drain = [&]() {
-    for (std::unique_ptr<Run>& r : queued) {
-      if (status != 0) __atomic_store_n(&r->lane->controlWords[0], 1u, __ATOMIC_SEQ_CST);
-      r->tsFloor = lastEnd;
-      uint64_t n = 0;
-      const int st = WaitAndFinish(*r, cancel, &n);
-      *ns += n;
-      lastEnd = r->tsEnd;
-      if (status == 0) {
-        if (st == 0) (*done)++;
-        else status = st;
-      }
-      r.reset();
+  auto finishOldest = [&]() {
+    std::unique_ptr<Run>& r = queued.front();
+    if (status != 0) __atomic_store_n(&r->lane->controlWords[0], 1u, __ATOMIC_SEQ_CST);
+    r->tsFloor = lastEnd;
+    uint64_t n = 0;
+    const int st = WaitAndFinish(*r, cancel, &n);
+    *ns += n;
+    lastEnd = r->tsEnd;
+    if (status == 0) {
+      if (st == 0) (*done)++;
+      else status = st;
     }
-    queued.clear();
+    queued.pop_front();
+  };
+  auto drain = [&]() {
+    while (!queued.empty()) finishOldest();
   };
   for (size_t i = 0; i < ins.size() && status == 0; i++) {
     Program& prog = *progs[i];
@@ -185,6 +191,18 @@ int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
       if (status == 0) status = -ECANCELED;
       break;
     }
+    // Another VM waits for the device (the context switch armed this job's preempt): the batch
+    // yields at this launch boundary, so the neighbour waits for the launches already on the
+    // queue, not for the whole batch. The engine runs the rest once it is this VM's turn again.
+    if (i > 0 && CurrentPreemptAfterNs() != 0) {
+      drain();
+      if (status == 0) status = -EAGAIN;
+      break;
+    }
+    // At most kAhead launches on the queue ahead of the host: enough to keep the GPU fed, few
+    // enough that a yield comes soon.
+    if (queued.size() >= kAhead) finishOldest();
+    if (status != 0) break;
     int st = AwaitCompile(prog, cancel);
     uint64_t lostNs = 0;
     std::shared_ptr<Context> cur = st ? nullptr : LaunchContext(in, &lostNs);

@@ -348,7 +348,8 @@ int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bo
 // for the one before where nothing on the host side depends on it (program.cc, Overlaps); a
 // barrier at the top of its command buffer orders it after them on the way's queue. Stops at the
 // first launch that fails and returns its status; *done = the launches that completed before it
-// (all of them on success). *ns = their device time.
+// (all of them on success). -EAGAIN: it yielded the device to another VM (its preempt was armed)
+// after *done launches; the rest were not run. *ns = their device time.
 int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
                   const std::vector<std::shared_ptr<DispatchInput>>& ins, const std::atomic<bool>& cancel,
                   uint64_t* ns, uint32_t* done);
