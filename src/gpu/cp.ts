@@ -184,6 +184,11 @@ export class CommandProcessor implements ClassContext {
       }
       const cur = ch.cursor!;
       if (cur.remaining === 0 && cur.pos >= cur.dwords) {
+        // GP_GET passes an entry once its work has finished (hw-spec §4): its batch runs first.
+        if (this.batches[ch.chid] !== null) {
+          this.flushBatch(ch);
+          return used + 1;
+        }
         this.finishEntry(ch);
         used++;
         continue;

@@ -180,13 +180,19 @@ for (const memory of ['import', 'device'] as const) {
       await ch3.launchProgram(e3, { grid: [1, 1, 1], push: u32(1), buffers: [{ va: Z.va, length: 16 }] });
       y32.fill(0);
       r.engine.watchdogMs = 300;
+      const gp0 = ch3.gpGet;
       try {
-        const done = ch3.launchPrograms([
+        // One entry of launches and nothing after them: the entry's end ends the batch.
+        await ch3.launchPrograms([
           { module: s3, l: { grid, push: u32(2), buffers: [{ va: Y.va, length: BYTES }] } },
           { module: e3, l: { grid: [1, 1, 1], push: u32(0), buffers: [{ va: Z.va, length: 16 }] } },
           { module: s3, l: { grid, push: u32(9), buffers: [{ va: Y.va, length: BYTES }] } },
-        ]);
-        const err = await done.then(() => null, (e: unknown) => e as { code: number });
+        ], { fence: false });
+        // GP_GET passes the entry only once its work is done (hw-spec §4), batch or not: guests
+        // use it as a fence.
+        await new Promise((res) => setTimeout(res, 50));
+        expect(ch3.gpGet).toBe(gp0);
+        const err = await ch3.fence().then(() => null, (e: unknown) => e as { code: number });
         // A GPU runs it until the watchdog; lavapipe's own loop cap may end it first.
         expect([CHAN_ERR.WATCHDOG, CHAN_ERR.PROGRAM_LOOP_LIMIT]).toContain(err?.code);
       } finally {

@@ -389,10 +389,12 @@ export class HostChannel {
   /**
    * Several program launches in one pushbuffer segment and one fence after the last, as a guest
    * driver submits a command buffer: the engine runs them as one batch (hw-spec §6.3 "Batched
-   * launches"). Resolves when the fence is reached.
+   * launches"). Resolves when the fence is reached; with `fence: false` the segment ends with the
+   * last launch (the caller watches GP_GET or a later fence) and it resolves at once.
    */
-  launchPrograms(launches: { module: ProgramModule; l: ProgramLaunch }[]): Promise<void> {
-    const r = this.nextRelease();
+  launchPrograms(launches: { module: ProgramModule; l: ProgramLaunch }[], opts: { fence?: boolean } = {}): Promise<void> {
+    const fence = opts.fence ?? true;
+    const r = fence ? this.nextRelease() : null;
     const offs: number[] = [];
     let total = 0;
     for (const x of launches) {
@@ -408,7 +410,7 @@ export class HostChannel {
         moduleVa: x.module.va, moduleLength: x.module.length, entry: x.l.entry, grid: x.l.grid,
         paramVa: base + offs[i]!, paramLength: x.l.push?.length ?? 0, buffers: x.l.buffers,
       }));
-      return enc.semaphoreRelease(r).words().slice();
+      return (r ? enc.semaphoreRelease(r) : enc).words().slice();
     };
     let words = methods(0);
     if (total > 0) {
@@ -416,7 +418,7 @@ export class HostChannel {
       words = methods(this.pbVa + start);
     }
     this.submit(words, total > 0 ? data : undefined);
-    return this.wait(r.payload);
+    return r ? this.wait(r.payload) : Promise.resolve();
   }
 
   /** Launch a kernel on buffers given by VA ranges; resolves on completion. */
