@@ -175,8 +175,7 @@ export class CommandProcessor implements ClassContext {
       if (!this.fifo.runnable(ch) || ch.wait !== WAIT_NONE) return used + 1;
       if (!ch.cursor) {
         if (ch.gpGet === ch.gpPut) {
-          if (this.batches[ch.chid] !== null) this.flushBatch(ch);
-          else this.maybeIdle(ch);
+          this.maybeIdle(ch);
           return used + 1;
         }
         ch.busy = true;
@@ -636,15 +635,8 @@ export class CommandProcessor implements ClassContext {
   private submitBatch(ch: ChannelState, post: PostOp): void {
     const b = this.batches[ch.chid]!;
     this.batches[ch.chid] = null;
-    const backend = this.programs!.backend;
     this.batchStats.batches++;
     this.batchStats.launches += b.jobs.length;
-    if (b.jobs.length === 1) {
-      const job = b.jobs[0]!;
-      this.where = b.wheres[0]!;
-      this.startJob(ch, (wd, done) => backend.dispatch(job, wd, done), post, b.cleanups[0]!, GpuJob.PROGRAM);
-      return;
-    }
     this.runBatch(ch, b, 0, post);
   }
 

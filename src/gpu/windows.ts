@@ -50,7 +50,8 @@ export class WindowCache {
   private max: number;
   private entries = new Map<string, Entry>();
   /** Windows of one VRAM extent by mode, offset and length: an application's bindings are such
-   * windows, and building a string key per binding and launch cost more than the lookup. */
+   * windows, and building a string key per binding and launch cost more than the lookup
+   * (docs/results.md, "Batched launches on the H200": a lighter launch path). */
   private single = new Map<string, Map<number, Map<number, Entry>>>();
   private clock = 0;
   hits = 0;

@@ -503,7 +503,7 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
   int setup = prog->ctx && cur ? 0 : -ENODEV;
   in->generation = cur ? cur->generation : 0;
   PoolTask task = [prog, in](const std::atomic<bool>& cancel, uint64_t* ns) {
-    return vk::DispatchProgram(*prog, *in, cancel, ns);
+    return vk::DispatchProgram(prog, in, cancel, ns);
   };
   uint32_t id = EnqueueTask(env, "submitDispatch", std::move(task), setup, false, in->way);
   if (id == 0) return env.Undefined();
@@ -513,7 +513,7 @@ Napi::Value SubmitDispatch(const Napi::CallbackInfo& info) {
 // submitDispatchBatch(meta: Float64Array, params: Uint8Array, way) → job id: a channel's launches
 // in order as one pool job (vk::DispatchBatch), all on one way; the completion's `part` says how
 // many completed. Packed (src/gpu/jobs.ts packBatch) because reading a job object per launch cost
-// more than the rest of the launch's JS: per launch [slot, n, gridX, gridY, gridZ, resident
+// more than the rest of the launch's JS (docs/results.md, "Batched launches on the H200"): per launch [slot, n, gridX, gridY, gridZ, resident
 // (-1: no VRAM offsets), paramOffset, paramLength] then n × [address, length, vramOffset (-1)].
 Napi::Value SubmitDispatchBatch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -1,6 +1,6 @@
 // The Vulkan program backend's entry points, on Mesa gallium's pattern (p_context.h: a driver is
 // a table of entry points and how each is done lives behind it): CompileProgram and
-// DispatchProgram, run on pool threads, say what happens in which order; the steps live in
+// DispatchBatch (DispatchProgram is a batch of one), run on pool threads, say what happens in which order; the steps live in
 // compile.cc, warmup.cc, plan.cc, record.cc and submit.cc (launch.h). The tuning knobs they read
 // were parsed once at device open (tuning.h).
 #include <algorithm>
@@ -87,12 +87,6 @@ int Begin(Run& R) {
   if (st == 0) st = RecordLaunch(R);
   if (st == 0) st = SubmitLaunch(R);
   return st;
-}
-
-// One launch on one context: lane, plan, record, submit, wait.
-int Dispatch(Run& R, const std::atomic<bool>& cancel, uint64_t* ns) {
-  if (int st = Begin(R)) return st;
-  return WaitAndFinish(R, cancel, ns);
 }
 
 // Waits for a launch's compile; then its program's verdict.
@@ -261,34 +255,10 @@ int DispatchBatch(const std::vector<std::shared_ptr<Program>>& progs,
   return status;
 }
 
-int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bool>& cancel,
-                    uint64_t* ns) {
-  if (int st = AwaitCompile(prog, cancel)) return st;
-  std::shared_ptr<Context> cur = LaunchContext(in, ns);
-  if (!cur) return -ENODEV;
-  std::shared_lock<std::shared_mutex> objLock(prog.objMu);
-  if (prog.ctx != cur) {
-    objLock.unlock();
-    if (Recompile(prog, cur) != 0) {
-      *ns = 1;
-      return -ENODEV;
-    }
-    objLock.lock();
-    if (prog.ctx != cur) return -ENODEV;
-  }
-  if (int st = CheckLaunch(prog, in, cur->info)) return st;
-  // A way beyond the first runs on a device of its own (WayContext).
-  std::shared_ptr<Context> wc = WayContext(cur, in.way);
-  if (wc != cur) {
-    std::shared_ptr<Program> wb = WayBuild(prog, wc);
-    if (wb && wb->pipeline) {
-      Run R(*wc, *wb, in);
-      return Dispatch(R, cancel, ns);
-    }
-  }
-  Run R(*cur, prog, in);
-  return Dispatch(R, cancel, ns);
+int DispatchProgram(const std::shared_ptr<Program>& prog, const std::shared_ptr<DispatchInput>& in,
+                    const std::atomic<bool>& cancel, uint64_t* ns) {
+  uint32_t done = 0;
+  return DispatchBatch({prog}, {in}, cancel, ns, &done);
 }
-
 
 }  // namespace vugpu::vk

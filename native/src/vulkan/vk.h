@@ -339,10 +339,10 @@ struct DispatchInput {
   std::vector<uint64_t> vram;
   uint32_t residentMask = 0;
 };
-// Pool thread: runs one launch. Returns 0, -EINVAL, -ECANCELED, -ELOOP, -ENODEV or -ENOMEM;
+// Pool thread: runs one launch (a batch of one). Returns 0, -EINVAL, -ECANCELED, -ELOOP, -ENODEV or -ENOMEM;
 // *ns = device time from timestamps (wall time without them).
-int DispatchProgram(Program& prog, const DispatchInput& in, const std::atomic<bool>& cancel,
-                    uint64_t* ns);
+int DispatchProgram(const std::shared_ptr<Program>& prog, const std::shared_ptr<DispatchInput>& in,
+                    const std::atomic<bool>& cancel, uint64_t* ns);
 // Pool thread: a channel's launches in order, as one job (a guest submission's dispatches between
 // two synchronization points, hw-spec §6.3 "Batched launches"). Each is submitted without waiting
 // for the one before where nothing on the host side depends on it (program.cc, Overlaps); a
