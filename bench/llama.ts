@@ -18,7 +18,12 @@
 //                and per generated token, and an untimed vugpu worker with the driver's dispatch
 //                log (VUGPU_VK_DEBUG=2) for the same counts of the twin;
 //   tenants      --tenants native workers generating at once against as many vugpu workers
-//                (one fv VM each, one server), rounds interleaved: aggregate tokens/s.
+//                (one fv VM each, one server), rounds interleaved: aggregate tokens/s;
+//   soak         with --soak-s S, instead of the tenants phase: --tenants vugpu workers generating
+//                back to back for S seconds, every stream checked against the one-tenant vugpu
+//                ids, the server's RSS and open descriptors sampled every --sample-s seconds, each
+//                request's longest wait for a token; --hostile adds a VM launching the endless
+//                program over and over meanwhile (npm run bench:soak).
 // Workers are guest/vkapp/llama-worker.ts processes (model loaded once, pipelines created in the
 // warm-up). The result goes to bench/results/llama/<device>.json (device: the native Vulkan
 // device, lavapipe or h200) after every phase, so a run cut short still leaves what it measured.
@@ -29,6 +34,7 @@
 //                       [--deadline-s S] [--timeout-s S] [--ready-timeout-s S]
 //                       [--flash-attention auto|on|off] [--native-features full|vugpu]
 //                       [--watchdog-ms N] [--policy NAME] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
+//                       [--soak-s S [--hostile] [--sample-s 10]]
 // --policy: serve's scheduler (default: serve's own, fair); the tenants phase is where it matters.
 // --quick: the tiny shape, a 64-token prompt, 16 tokens (this 2-core host with lavapipe).
 // The guest side runs the application image's model (/opt/models/tiny.gguf: shape tiny, f32,
@@ -50,6 +56,8 @@ import { bootGuest, type GuestVm } from '../src/vm/launcher.ts';
 import { loadManifest } from '../src/vm/manifest.ts';
 import { environment, freePort, median, outVariant, repoRoot, resultDevice, spread, textTable, writeBenchResult } from './lib/common.ts';
 import { SHAPES, type WeightType } from './lib/gguf.ts';
+import { SoakRecorder } from './lib/soak.ts';
+import { twin, twinBinary, twinModules, type Twin } from './lib/twin.ts';
 
 const BENCH = 'llama';
 
@@ -73,6 +81,7 @@ try {
       device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
       'watchdog-ms': { type: 'string' }, policy: { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
       'guest-ready-timeout-s': { type: 'string', default: '900' },
+      'soak-s': { type: 'string' }, hostile: { type: 'boolean', default: false }, 'sample-s': { type: 'string', default: '10' },
     },
   }).values;
 } catch (e) {
@@ -126,6 +135,11 @@ const variant = outVariant(BENCH, str('out'));
 const watchdogMs = str('watchdog-ms') === undefined ? undefined : int('watchdog-ms', 0);
 const policy = str('policy');
 if (policy !== undefined && !/^[a-z]+$/.test(policy)) usage(`--policy takes a scheduler's name (serve --help lists them), not ${policy}`);
+const soakS = str('soak-s') === undefined ? 0 : int('soak-s', 10);
+const sampleS = int('sample-s', 10);
+const hostile = o.hostile === true;
+if (hostile && soakS === 0) usage('--hostile runs beside a soak: give --soak-s too');
+if (soakS > 0 && (tenants === 0 || !sides.includes('vugpu'))) usage('--soak-s soaks vugpu tenants: give --tenants >= 1 and vugpu among --sides');
 const T0 = performance.now();
 const timeLeftS = () => deadlineS - (performance.now() - T0) / 1000;
 
@@ -208,7 +222,7 @@ function log(msg: string): void {
 
 // ---------------------------------------------------------------- workers
 
-interface Gen { tokens: number[]; promptMs: number; genMs: number }
+interface Gen { tokens: number[]; promptMs: number; genMs: number; maxGapMs?: number }
 
 const children = new Set<ChildProcess>();
 
@@ -283,7 +297,7 @@ class Worker implements LlamaWorker {
       this.waiting.delete(msg.id);
       if (!w) return;
       if (msg.error) w.reject(new Error(`${this.name}: ${msg.error}\n${this.stderr.slice(-30).join('\n')}`));
-      else w.resolve({ tokens: msg.tokens!, promptMs: msg.promptMs!, genMs: msg.genMs! });
+      else w.resolve({ tokens: msg.tokens!, promptMs: msg.promptMs!, genMs: msg.genMs!, maxGapMs: msg.maxGapMs });
     }
   }
 
@@ -711,6 +725,93 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
   }
 }
 
+/**
+ * The soak (issue 32 goal 5): --tenants vugpu workers (one fv VM each, one server) generating
+ * back to back for --soak-s seconds, every stream checked against the one-tenant vugpu ids; the
+ * server's RSS and open descriptors sampled every --sample-s seconds; with --hostile, one more VM
+ * launching the endless program over and over (the twin, `vugpu-programs --endless`) the whole
+ * time, each launch on a fresh context until the device stops it. A tenant whose worker fails
+ * stops; the others go on.
+ */
+async function soak(shape: string, model: string, modules: string, icd: string, tmp: string, ref: number[] | undefined) {
+  const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
+  const s = await serve(tmp, tenants + (hostile ? 1 : 0), sliceFor(shape));
+  const srv = s.server;
+  const workers = s.sockets.slice(0, tenants).map((sock, i) => new Worker(`soak-${i}`, modules, model, twinEnv(icd, sock), ctxFor()));
+  const baselineS = Math.max(30, soakS / 10);
+  const rec = new SoakRecorder(srv.pid!, tenants, baselineS);
+  let bad: Twin | null = null;
+  let sampler: NodeJS.Timeout | undefined;
+  const endless: Record<string, number> = {};
+  let endlessRuns = 0;
+  try {
+    await Promise.all(workers.map((w) => w.ready()));
+    const t = performance.now();
+    const warm = await Promise.all(workers.map((w) => w.run(prompt, genTokens)));
+    const warmWrong = warm.filter((g) => ref && g.tokens.join() !== ref.join()).length;
+    log(`${shape} soak: ${tenants} tenants warm in ${((performance.now() - t) / 1000).toFixed(1)} s${warmWrong ? `, ${warmWrong} wrong` : ''}`);
+    const end = performance.now() + soakS * 1000;
+    sampler = setInterval(() => rec.sample(), sampleS * 1000);
+    // the last sample at the end, while every VM is still attached: growth compares like with like
+    const last = setTimeout(() => {
+      clearInterval(sampler);
+      rec.sample();
+    }, soakS * 1000);
+    let hostileDone = Promise.resolve();
+    if (hostile) {
+      const bin = twinBinary();
+      const mods = twinModules(tmp);
+      const sock = s.sockets[tenants]!;
+      hostileDone = (async () => {
+        while (performance.now() < end) {
+          endlessRuns++;
+          bad = twin(bin, sock, ['--dir', mods, '--endless', '100000']);
+          const timer = setTimeout(() => bad?.kill('SIGKILL'), Math.max(0, end - performance.now()) + 100);
+          await bad.closed;
+          clearTimeout(timer);
+          for (const r of bad.records) {
+            if (r.rec.kind === 'CHECK' && r.rec.data.check === 'program-endless') {
+              const k = String(r.rec.data.outcome ?? 'none');
+              endless[k] = (endless[k] ?? 0) + 1;
+            }
+          }
+          bad = null;
+        }
+      })();
+    }
+    await Promise.all(workers.map(async (w, i) => {
+      while (performance.now() < end) {
+        try {
+          rec.gen(i, await w.run(prompt, genTokens), ref);
+        } catch (e) {
+          rec.error(i, (await serverDied(e as Error, srv)).message);
+          return;
+        }
+      }
+    }));
+    await hostileDone;
+    clearTimeout(last);
+    clearInterval(sampler);
+    rec.close();
+    const sum = rec.summary(50);
+    log(`${shape} soak: ${sum.requests} requests, ${sum.tokens} tokens, ${sum.wrong} wrong, ${sum.errors} errors; RSS ${sum.memory.baselineRssMiB} → ${sum.memory.lastRssMiB} MiB (${sum.memory.rssGrowthPct} %), fds ${sum.memory.baselineFds} → ${sum.memory.lastFds}; longest token wait ${sum.tokenWaitMs.maxGap} ms`);
+    return {
+      shape, soakS, promptTokens, genTokens, baselineS, sampleS, warmWrong,
+      against: ref ? 'the one-tenant vugpu ids' : 'nothing (no one-tenant reference)',
+      ...(hostile ? { hostile: { twins: endlessRuns, launches: endless } } : {}),
+      ...sum,
+      note: 'windows: per --sample-s, the requests that ended in it and the server\'s RSS and open descriptors at its end; memory growth from the first sample after the warm-up (baselineAtS) to the last; tokenWaitMs: the longest wait for one generated token per request (maxGap over all, p99 of the per-request longest), and the median time per generated token',
+    };
+  } catch (e) {
+    throw await serverDied(e as Error, srv);
+  } finally {
+    clearInterval(sampler);
+    (bad as Twin | null)?.kill('SIGKILL');
+    await Promise.all(workers.map((x) => x.close()));
+    await srv.stop();
+  }
+}
+
 /** A worker's error says "device lost" also when the server under it crashed: say which. */
 async function serverDied(e: Error, srv: ServerProcess | undefined): Promise<Error> {
   await new Promise((r) => setTimeout(r, 500)); // the server's exit may be reported after the worker's error
@@ -739,10 +840,10 @@ async function main(): Promise<number> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-'));
   const result: Record<string, unknown> = {
     complete: false,
-    config: { watchdogMs: watchdogMs ?? 'serve default', policy: policy ?? 'serve default', quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
+    config: { watchdogMs: watchdogMs ?? 'serve default', policy: policy ?? 'serve default', soakS, hostile, quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
       loadAvgAtStart: os.loadavg().map((x) => +x.toFixed(2)) },
     oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, guestCounts: {} as Record<string, unknown>,
-    tenants: {} as Record<string, unknown>,
+    tenants: {} as Record<string, unknown>, soak: {} as Record<string, unknown>,
     skipped: [] as string[], errors: [] as string[],
   };
   // the result's name: the host's Vulkan device as the server sees it (lavapipe, h200, …)
@@ -786,7 +887,13 @@ async function main(): Promise<number> {
     const one = await phase(`${shape}: one tenant`, 30, () => oneTenant(shape, model, modules, icd, native, tmp, result.counts as Record<string, unknown>,
       result.guestCounts as Record<string, unknown>), result.oneTenant as Record<string, unknown>, shape);
     if (!one || one.tokensIdentical === false || Object.keys(one.sideErrors as object).length) failed = true;
-    if (tenants > 0) {
+    if (soakS > 0) {
+      const ref = (one?.tokensBySide as Record<string, number[]> | undefined)?.vugpu;
+      const r = one?.sideErrors && 'vugpu' in (one.sideErrors as object) ? undefined : await phase(`${shape}: soak`, soakS + 60,
+        () => soak(shape, model, modules, icd, tmp, ref), result.soak as Record<string, unknown>, shape);
+      const g = r?.goals as Record<string, boolean | null> | undefined;
+      if (!r || !ref || !g?.everyStreamVerified) failed = true;
+    } else if (tenants > 0) {
       // a side that failed alone is not tried eight times over
       const oneFailed = Object.keys((one?.sideErrors as object | undefined) ?? {});
       // one TCG guest is what this host affords: the guest side is not multiplied

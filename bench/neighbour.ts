@@ -16,15 +16,14 @@
 // there instead of bench/results, for test/integration/ctxsw.test.ts.)
 // Runs from a checkout (builds the twin with make) and from the offline bundle (its twin/);
 // bench/gpu-host-neighbour.sh is the GPU host's call. Exit 1 if a scenario could not run.
-import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { LineSplitter, parseRecord, type GuestRecord } from '../src/vm/console.ts';
 import { startServer } from '../src/vm/server-process.ts';
 import { vulkanDevices } from '../src/gpu/vulkan.ts';
 import { repoRoot, textTable, writeBenchResult } from './lib/common.ts';
+import { twin, twinBinary, twinModules, type Twin } from './lib/twin.ts';
 
 const BENCH = 'neighbour';
 /** The issue's goal for a neighbour's longest launch; windows over it are counted. */
@@ -75,46 +74,6 @@ function deviceName(): string {
   if (/llvmpipe|lavapipe/i.test(d)) return 'lavapipe';
   const m = /\b([A-Z]\d{2,4}[A-Z]?)\b/.exec(d); // "NVIDIA H200" → h200
   return (m ? m[1]! : d).toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') || 'gpu';
-}
-
-/** The twin: the bundle's static one, else built here. */
-function twinBinary(): string {
-  const bundled = path.join(repoRoot, 'twin/vugpu-programs-host');
-  if (fs.existsSync(bundled)) return bundled;
-  const out = path.join(repoRoot, 'build/native-twin');
-  const r = spawnSync('make', ['-s', '-C', path.join(repoRoot, 'guest/programs'), 'host', `O=${out}`], { encoding: 'utf8' });
-  if (r.status !== 0) usage(`building the twin (make -C guest/programs host) failed:\n${r.stdout}${r.stderr}`);
-  return path.join(out, 'vugpu-programs-host');
-}
-
-/** The modules the twins load, in the layout vugpu-programs expects (DIR/x.spv, DIR/builtins/). */
-function moduleDir(tmp: string): string {
-  const spirv = path.join(repoRoot, 'build/spirv');
-  const endless = path.join(spirv, 'guest/programs/endless.spv');
-  const builtins = path.join(spirv, 'native/shaders/builtins');
-  if (!fs.existsSync(endless) || !fs.existsSync(path.join(builtins, 'nop.spv'))) usage(`no ${endless} or ${builtins}/nop.spv: run scripts/build-spirv.sh`);
-  const d = path.join(tmp, 'modules');
-  fs.mkdirSync(d);
-  fs.symlinkSync(endless, path.join(d, 'endless.spv'));
-  fs.symlinkSync(builtins, path.join(d, 'builtins'));
-  return d;
-}
-
-interface Twin { records: { rec: GuestRecord; t: number }[]; lines: string[]; closed: Promise<number | null>; kill(sig: NodeJS.Signals): void }
-
-function twin(bin: string, socket: string, args: string[]): Twin {
-  const child = spawn(bin, args, { env: { ...process.env, VUGPU_SOCKET: socket }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const records: Twin['records'] = [];
-  const lines: string[] = [];
-  const split = new LineSplitter((l) => {
-    lines.push(l);
-    const rec = parseRecord(l, lines.length - 1);
-    if (rec) records.push({ rec, t: performance.now() });
-  });
-  child.stdout.setEncoding('utf8').on('data', (c: string) => split.push(c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => lines.push(...c.split('\n').filter(Boolean).map((l) => `stderr: ${l}`)));
-  const closed = new Promise<number | null>((r) => child.on('close', (code) => { split.flush(); r(code); }));
-  return { records, lines, closed, kill: (sig) => child.kill(sig) };
 }
 
 const live: Twin[] = [];
@@ -198,8 +157,13 @@ async function scenario(engine: string, bin: string, modules: string, tmp: strin
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-neighbour-'));
 const device = deviceName();
-const bin = twinBinary();
-const modules = moduleDir(tmp);
+let bin = '', modules = '';
+try {
+  bin = twinBinary();
+  modules = twinModules(tmp);
+} catch (e) {
+  usage((e as Error).message);
+}
 const runs: Record<string, unknown>[] = [];
 let broken = 0;
 for (const engine of engines) {

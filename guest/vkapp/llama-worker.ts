@@ -9,7 +9,7 @@
 //   node llama-worker.ts --modules DIR --model FILE [--gpu vulkan|cpu] [--ctx N] [--batch N]
 //                        [--flash-attention auto|on|off] [--record]
 // stdin, one JSON object a line: { id, prompt: [token ids], tokens: N } → stdout, one line each:
-// { id, tokens: [ids], promptMs, genMs } or { id, error }. The first stdout line is
+// { id, tokens: [ids], promptMs, genMs, maxGapMs } or { id, error }. The first stdout line is
 // { ready: true, device } once the model and its context are loaded (or { error } and exit 1).
 // With --record every stdout line is a guest console record (`VUGPU-LLAMA_WORKER {...}`,
 // src/vm/console.ts). After each answer, `LLAMA-WORKER-DONE <id>` goes to stderr: everything the
@@ -76,20 +76,26 @@ say({ ready: true, device });
 
 interface Request { id: number; prompt: number[]; tokens: number }
 
-async function generate(r: Request): Promise<{ tokens: number[]; promptMs: number; genMs: number }> {
+async function generate(r: Request): Promise<{ tokens: number[]; promptMs: number; genMs: number; maxGapMs: number }> {
   await seq.clearHistory();
   const out: number[] = [];
   const t0 = performance.now();
   let t1 = 0;
+  let last = 0;
+  let maxGap = 0;
   // greedy: the same model and prompt give the same ids on every correct device
   for await (const t of seq.evaluate(r.prompt, { temperature: 0 })) {
-    if (out.length === 0) t1 = performance.now();
+    const now = performance.now();
+    if (out.length === 0) t1 = now;
+    else maxGap = Math.max(maxGap, now - last);
+    last = now;
     out.push(t as number);
     if (out.length >= r.tokens) break;
   }
   const t2 = performance.now();
-  // the first token comes out of the prompt's evaluation; the rest are generation
-  return { tokens: out, promptMs: t1 - t0, genMs: t2 - t1 };
+  // the first token comes out of the prompt's evaluation; the rest are generation. maxGapMs: the
+  // longest wait for one generated token (a stall a neighbour caused shows there)
+  return { tokens: out, promptMs: t1 - t0, genMs: t2 - t1, maxGapMs: maxGap };
 }
 
 const rl = readline.createInterface({ input: process.stdin });
