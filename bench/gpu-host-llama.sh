@@ -5,6 +5,7 @@
 # build/vugpu-bundle.tar.xz, or VUGPU_BUNDLE). The bundle's Node runs its own bench/llama.ts;
 # models (135m and 1b, q8_0) are written on the host. Usage, from the checkout's root:
 #   bash bench/gpu-host-llama.sh [bench:llama arguments]     (default: --shapes 135m,1b --watchdog-ms 60000)
+# VUGPU_ADDON=FILE and VUGPU_OVERLAY=DIR put a change under test over the bundle (below).
 # Writes under $OUT as it goes: llama.log (everything), llama-<device>.json (the result, also when
 # the run was cut short: bench:llama rewrites it after every phase), env.txt (driver, GPU).
 # Time: LLAMA_BUDGET_S (default 540) bounds the whole call; bench:llama gets what is left after
@@ -27,6 +28,12 @@ timeout 120 tar -xJf "$ARCHIVE" -C "$T"
 B=$T/vugpu-bundle
 # VUGPU_ADDON: an addon built since the bundle (a change under test), in place of the bundle's
 [[ -n ${VUGPU_ADDON:-} ]] && cp "$VUGPU_ADDON" "$B/build/Release/vugpu_native.node" && say "addon: $VUGPU_ADDON"
+# VUGPU_OVERLAY: a tree laid over the bundle's (src/, bench/, … of a change under test, or of an
+# older commit for an A/B in the same call: `git archive REV src | tar -x -C DIR`)
+if [[ -n ${VUGPU_OVERLAY:-} ]]; then
+  [[ -d $VUGPU_OVERLAY ]] || { say "no overlay directory $VUGPU_OVERLAY"; exit 1; }
+  cp -r "$VUGPU_OVERLAY"/. "$B"/ && say "overlay: $VUGPU_OVERLAY"
+fi
 [[ -d $B/llama/node_modules/node-llama-cpp ]] || { say "the bundle has no llama/ (build it with --with-llama)"; exit 1; }
 [[ -f $B/twin/vulkan/vugpu_icd.json ]] || say "note: the bundle has no vugpu Vulkan driver: only the native side can run"
 {

@@ -3,7 +3,7 @@
 // compute classes. Every method is validated; anything wrong stops only that channel.
 // Work is bounded per turn so a huge pushbuffer cannot stall the event loop.
 import type { GpuCore } from './core.ts';
-import { recordFault, type AddressSpace, type Fault, type Mmu } from './mmu.ts';
+import { recordFault, type Fault, type Mmu } from './mmu.ts';
 import type { Pfifo } from './pfifo.ts';
 import { WAIT_ACQUIRE, WAIT_JOB, WAIT_NONE, WAIT_PROGRAM, type ChannelState, type Cursor } from './channel.ts';
 import type { Extent } from './bus.ts';
@@ -433,7 +433,7 @@ export class CommandProcessor implements ClassContext {
       dv.setUint32(0, p.payload >>> 0, true);
       if (p.semType === 2) dv.setBigUint64(8, this.core.timeNs(), true);
       const ext: Extent[] = [];
-      const f = this.mmu.translate(this.space(ch), p.va, bytes.length, true, ext);
+      const f = this.mmu.translate(ch, p.va, bytes.length, true, ext);
       if (f) {
         this.fault(ch, f, UNIT.SEMAPHORE);
         return false;
@@ -459,14 +459,11 @@ export class CommandProcessor implements ClassContext {
     return false;
   }
 
-  space(ch: ChannelState): AddressSpace {
-    return { pdTarget: ch.pdTarget, pdAddr: ch.pdAddr, limit: ch.limit };
-  }
-
   /** Translate or fault the channel; null after a fault. */
   translate(ch: ChannelState, va: number, length: number, write: boolean, unit: FaultUnit): Extent[] | null {
     const out: Extent[] = [];
-    const f = this.mmu.translate(this.space(ch), va, length, write, out);
+    // A ChannelState is an AddressSpace (pdTarget, pdAddr, limit): no copy per translate.
+    const f = this.mmu.translate(ch, va, length, write, out);
     if (f) {
       this.fault(ch, f, unit);
       return null;

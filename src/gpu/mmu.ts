@@ -37,6 +37,8 @@ export class Mmu {
   flushes = 0;
   /** Called on a flush: PD address (or null = all address spaces). */
   onFlush: (pdAddr: number | null) => void = () => {};
+  /** vramWords' cached view. */
+  private words: Uint32Array | null = null;
 
   constructor(core: GpuCore) {
     this.core = core;
@@ -86,33 +88,39 @@ export class Mmu {
       const bad = Number.isSafeInteger(va) && va >= 0 && va <= top ? top + 1 : Math.max(0, Number.isSafeInteger(va) ? va : 0);
       return { reason: FAULT.VA_OUT_OF_RANGE, va: page4k(bad), write };
     }
+    // Read once: callers may pass a live channel (cp.ts), so the walk sees one snapshot.
+    const pdTarget = as.pdTarget;
+    const pdAddr = as.pdAddr;
     const vram = this.core.vram;
-    // Pending run of physically contiguous sysmem pages, resolved in one call.
+    // Pending run of physically contiguous sysmem pages, resolved in one call (flushRun).
+    // No closures: this runs per binding per launch.
     let runBus = 0;
     let runLen = 0;
     let runVa = 0;
-    const flushRun = (): Fault | null => {
-      if (runLen === 0) return null;
-      const ext = this.core.bus.resolve(runBus, runLen, write);
-      if (!ext) return { reason: FAULT.SYSMEM_UNMAPPED, va: this.firstUnmapped(runBus, runLen, runVa, write), write };
-      for (const e of ext) pushExtent(out, e.fd, e.offset, e.length);
-      runLen = 0;
-      return null;
-    };
-    // Pages fault in VA order (hw-spec §7): a pending sysmem run lies below the failing page.
-    const fail = (reason: Fault["reason"], at: number): Fault => flushRun() ?? { reason, va: at, write };
 
     let cur = va;
     while (cur <= end) {
       const pdi = Math.floor(cur / PDE_SPAN);
-      const pde = this.readEntries(as.pdTarget, as.pdAddr + pdi * 8, 1);
-      if (!pde) return fail(FAULT.BAD_PAGE_TABLE, page4k(cur));
-      const pdeLo = pde[0]!;
-      const pdeHi = pde[1]!;
-      if ((pdeLo & PDE_PRESENT) === 0) return fail(FAULT.PDE_NOT_PRESENT, page4k(cur));
+      const pdeAddr = pdAddr + pdi * 8;
+      let pdeLo: number;
+      let pdeHi: number;
+      if (pdTarget === TARGET_VRAM) {
+        if (!vram.contains(pdeAddr, 8) || (pdeAddr & 7) !== 0) {
+          return this.fail(FAULT.BAD_PAGE_TABLE, page4k(cur), write, out, runBus, runLen, runVa);
+        }
+        const w = this.vramWords();
+        pdeLo = w[pdeAddr / 4]!;
+        pdeHi = w[pdeAddr / 4 + 1]!;
+      } else {
+        const pde = this.readSysEntries(pdTarget, pdeAddr, 1);
+        if (!pde) return this.fail(FAULT.BAD_PAGE_TABLE, page4k(cur), write, out, runBus, runLen, runVa);
+        pdeLo = pde[0]!;
+        pdeHi = pde[1]!;
+      }
+      if ((pdeLo & PDE_PRESENT) === 0) return this.fail(FAULT.PDE_NOT_PRESENT, page4k(cur), write, out, runBus, runLen, runVa);
       const ptTarget = (pdeLo >>> ENTRY_TARGET_SHIFT) & 3;
       if ((pdeLo & PDE_RESERVED) !== 0 || ptTarget === 1) {
-        return fail(FAULT.BAD_PAGE_TABLE, page4k(cur));
+        return this.fail(FAULT.BAD_PAGE_TABLE, page4k(cur), write, out, runBus, runLen, runVa);
       }
       const large = (pdeLo & PDE_LARGE) !== 0;
       const shift = large ? LARGE_SHIFT : SMALL_SHIFT;
@@ -122,30 +130,56 @@ export class Mmu {
       const regionEnd = Math.min(end, pdeBase + PDE_SPAN - 1);
       const first = Math.floor((cur - pdeBase) / pageSize);
       const last = Math.floor((regionEnd - pdeBase) / pageSize);
-      const ptes = this.readEntries(ptTarget, ptAddr + first * 8, last - first + 1);
-      if (!ptes) return fail(FAULT.BAD_PAGE_TABLE, page4k(cur));
+      // PTE k of [first, last] is ptes[p0 + 2k] (lo), ptes[p0 + 2k + 1] (hi). VRAM tables are read
+      // in place through one cached view; p0 stays an int32 (a float index slowed the run loop
+      // by ~40%), so tables above 8 GiB get a view of their own. Sysmem tables are copied.
+      const pteAddr = ptAddr + first * 8;
+      let ptes: Uint32Array;
+      let p0: number;
+      if (ptTarget === TARGET_VRAM) {
+        if (!vram.contains(pteAddr, (last - first + 1) * 8) || (pteAddr & 7) !== 0) {
+          return this.fail(FAULT.BAD_PAGE_TABLE, page4k(cur), write, out, runBus, runLen, runVa);
+        }
+        if (pteAddr < 2 ** 33) {
+          ptes = this.vramWords();
+          p0 = (pteAddr / 4) | 0;
+        } else {
+          ptes = new Uint32Array(vram.u8.buffer, vram.u8.byteOffset + pteAddr, (last - first + 1) * 2);
+          p0 = 0;
+        }
+      } else {
+        const t = this.readSysEntries(ptTarget, pteAddr, last - first + 1);
+        if (!t) return this.fail(FAULT.BAD_PAGE_TABLE, page4k(cur), write, out, runBus, runLen, runVa);
+        ptes = t;
+        p0 = 0;
+      }
 
       for (let i = 0; i <= last - first; i++) {
         const pageVa = pdeBase + (first + i) * pageSize;
-        const lo = ptes[2 * i]!;
-        const hi = ptes[2 * i + 1]!;
+        const lo = ptes[p0 + 2 * i]!;
+        const hi = ptes[p0 + 2 * i + 1]!;
         const from = Math.max(cur, pageVa);
         const failVa = page4k(from);
-        if ((lo & PTE_PRESENT) === 0) return fail(FAULT.PTE_NOT_PRESENT, failVa);
+        if ((lo & PTE_PRESENT) === 0) return this.fail(FAULT.PTE_NOT_PRESENT, failVa, write, out, runBus, runLen, runVa);
         const target = (lo >>> ENTRY_TARGET_SHIFT) & 3;
         const addrLo = (lo & 0xfffff000) >>> 0;
         if ((lo & PTE_RESERVED) !== 0 || target === 1 || (large && (addrLo & (LARGE_PAGE - 1)) !== 0)) {
-          return fail(FAULT.BAD_PTE, failVa);
+          return this.fail(FAULT.BAD_PTE, failVa, write, out, runBus, runLen, runVa);
         }
-        if (write && (lo & PTE_READ_ONLY) !== 0) return fail(FAULT.WRITE_TO_READ_ONLY, failVa);
+        if (write && (lo & PTE_READ_ONLY) !== 0) return this.fail(FAULT.WRITE_TO_READ_ONLY, failVa, write, out, runBus, runLen, runVa);
         // Following PTEs that continue this one (same flags and high word, next frame: a low
         // word equal to lo + k·pageSize, which no carry out of bit 31 can match) passed the
         // same checks: the run is one extent, bounds-checked once. A 1024³ GEMM's 12 MiB are
         // 3072 PTEs per launch; walked one by one in JS they were most of the launch's translation
         // (docs/results.md, "Reading the modes results").
-        let more = 0;
-        const ptCount = last - first;
-        while (i + more < ptCount && ptes[2 * (i + more + 1)] === lo + (more + 1) * pageSize && ptes[2 * (i + more + 1) + 1] === hi) more++;
+        const stop = p0 + 2 * (last - first); // index of the region's last PTE
+        let k = p0 + 2 * i + 2;
+        let want = lo + pageSize;
+        while (k <= stop && ptes[k] === want && ptes[k + 1] === hi) {
+          k += 2;
+          want += pageSize;
+        }
+        let more = (k - (p0 + 2 * i + 2)) / 2;
         const to = Math.min(regionEnd, pageVa + (more + 1) * pageSize - 1);
         let n = to - from + 1;
         const phys = addrLo + hi * TWO32 + (from - pageVa);
@@ -158,17 +192,22 @@ export class Mmu {
         }
         i += more;
         if (target === TARGET_VRAM) {
-          if (!vram.contains(phys, n)) return fail(FAULT.VRAM_OUT_OF_RANGE, failVa);
-          const f = flushRun();
-          if (f) return f;
+          if (!vram.contains(phys, n)) return this.fail(FAULT.VRAM_OUT_OF_RANGE, failVa, write, out, runBus, runLen, runVa);
+          if (runLen > 0) {
+            const f = this.flushRun(runBus, runLen, runVa, write, out);
+            if (f) return f;
+            runLen = 0;
+          }
           pushExtent(out, vram.fd, phys, n);
         } else {
-          if (!Number.isSafeInteger(phys + n)) return fail(FAULT.SYSMEM_UNMAPPED, failVa);
+          if (!Number.isSafeInteger(phys + n)) return this.fail(FAULT.SYSMEM_UNMAPPED, failVa, write, out, runBus, runLen, runVa);
           if (runLen > 0 && runBus + runLen === phys) {
             runLen += n;
           } else {
-            const f = flushRun();
-            if (f) return f;
+            if (runLen > 0) {
+              const f = this.flushRun(runBus, runLen, runVa, write, out);
+              if (f) return f;
+            }
             runBus = phys;
             runLen = n;
             runVa = from;
@@ -177,7 +216,20 @@ export class Mmu {
       }
       cur = regionEnd + 1;
     }
-    return flushRun();
+    return runLen > 0 ? this.flushRun(runBus, runLen, runVa, write, out) : null;
+  }
+
+  /** Resolve a pending sysmem run (len > 0) into out, or its fault at the first unmapped page. */
+  private flushRun(bus: number, len: number, va: number, write: boolean, out: Extent[]): Fault | null {
+    const ext = this.core.bus.resolve(bus, len, write);
+    if (!ext) return { reason: FAULT.SYSMEM_UNMAPPED, va: this.firstUnmapped(bus, len, va, write), write };
+    for (const e of ext) pushExtent(out, e.fd, e.offset, e.length);
+    return null;
+  }
+
+  /** Pages fault in VA order (hw-spec §7): a pending sysmem run lies below the failing page. */
+  private fail(reason: Fault['reason'], at: number, write: boolean, out: Extent[], bus: number, len: number, va: number): Fault {
+    return (len > 0 ? this.flushRun(bus, len, va, write, out) : null) ?? { reason, va: at, write };
   }
 
   /** Error path only: the VA of the first page of a sysmem run that does not resolve. */
@@ -191,16 +243,22 @@ export class Mmu {
     return page4k(va);
   }
 
-  /** `count` 64-bit entries at a physical address as [lo, hi, lo, hi, …], or null. */
-  private readEntries(target: number, addr: number, count: number): Uint32Array | null {
-    const bytes = count * 8;
-    if (target === TARGET_VRAM) {
-      const vram = this.core.vram;
-      if (!vram.contains(addr, bytes) || (addr & 7) !== 0) return null;
-      return new Uint32Array(vram.u8.buffer, vram.u8.byteOffset + addr, count * 2);
+  /** All of VRAM as 32-bit words, indexed by byte address / 4 (entries are 8-byte aligned). */
+  private vramWords(): Uint32Array {
+    const u8 = this.core.vram.u8;
+    let w = this.words;
+    // Remade for another mapping; a detached one (VRAM closed) makes the constructor throw, as
+    // the per-read views did.
+    if (w === null || w.buffer !== u8.buffer || w.length === 0) {
+      w = this.words = new Uint32Array(u8.buffer, u8.byteOffset, Math.floor(u8.byteLength / 4));
     }
+    return w;
+  }
+
+  /** `count` 64-bit entries at a system-memory address, copied, as [lo, hi, lo, hi, …], or null. */
+  private readSysEntries(target: number, addr: number, count: number): Uint32Array | null {
     if (!isSysmem(target) || (addr & 7) !== 0) return null;
-    const buf = this.physRead(target, addr, bytes);
+    const buf = this.physRead(target, addr, count * 8);
     return buf ? new Uint32Array(buf.buffer, buf.byteOffset, count * 2) : null;
   }
 }
