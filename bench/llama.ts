@@ -23,7 +23,7 @@
 //                back to back for S seconds, every stream checked against the one-tenant vugpu
 //                ids, the server's RSS and open descriptors sampled every --sample-s seconds, each
 //                request's longest wait for a token; --hostile adds a VM launching the endless
-//                program over and over meanwhile (npm run bench:soak).
+//                program over and over in three fifths of the time (npm run bench:soak).
 // Workers are guest/vkapp/llama-worker.ts processes (model loaded once, pipelines created in the
 // warm-up). The result goes to bench/results/llama/<device>.json (device: the native Vulkan
 // device, lavapipe or h200) after every phase, so a run cut short still leaves what it measured.
@@ -725,14 +725,21 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
   }
 }
 
+/** The hostile VM's duty cycle, as fractions of the soak: launching for HOSTILE_ON, then paused
+ * until HOSTILE_CYCLE has passed, over and over. */
+const HOSTILE_CYCLE = 0.2;
+const HOSTILE_ON = 0.12;
+
 /**
  * The soak (issue 32 goal 5): --tenants vugpu workers (one fv VM each, one server) generating
  * back to back for --soak-s seconds, every stream checked against the one-tenant vugpu ids; the
  * server's RSS and open descriptors sampled every --sample-s seconds; with --hostile, one more VM
- * launching the endless program over and over (the twin, `vugpu-programs --endless`) the whole
- * time, each launch on a fresh context until the device stops it. A tenant whose worker fails
- * stops; the others go on.
+ * launching the endless program over and over (the twin, `vugpu-programs --endless`, each launch
+ * on a fresh context until the device stops it) for 60 % of the time in five cycles, so the
+ * tenants' token waits beside it and without it come from the same run. A tenant whose worker
+ * fails stops; the others go on.
  */
+
 async function soak(shape: string, model: string, modules: string, icd: string, tmp: string, ref: number[] | undefined) {
   const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
   const s = await serve(tmp, tenants + (hostile ? 1 : 0), sliceFor(shape));
@@ -762,27 +769,35 @@ async function soak(shape: string, model: string, modules: string, icd: string, 
       const bin = twinBinary();
       const mods = twinModules(tmp);
       const sock = s.sockets[tenants]!;
+      // on for HOSTILE_ON of every HOSTILE_CYCLE: the tenants' token waits beside it and without it
+      // in the same run
       hostileDone = (async () => {
         while (performance.now() < end) {
           endlessRuns++;
+          rec.setHostile(true);
           bad = twin(bin, sock, ['--dir', mods, '--endless', '100000']);
-          const timer = setTimeout(() => bad?.kill('SIGKILL'), Math.max(0, end - performance.now()) + 100);
+          const stop = Math.min(end - performance.now() + 100, soakS * 1000 * HOSTILE_ON);
+          const timer = setTimeout(() => bad?.kill('SIGKILL'), Math.max(0, stop));
           await bad.closed;
           clearTimeout(timer);
+          rec.setHostile(false);
           for (const r of bad.records) {
+            if (r.rec.kind === 'PHASE' && r.rec.data.phase === 'endless-start') endless.started = (endless.started ?? 0) + 1;
             if (r.rec.kind === 'CHECK' && r.rec.data.check === 'program-endless') {
               const k = String(r.rec.data.outcome ?? 'none');
               endless[k] = (endless[k] ?? 0) + 1;
             }
           }
           bad = null;
+          await new Promise((r) => setTimeout(r, Math.max(0, Math.min(end - performance.now(), soakS * 1000 * (HOSTILE_CYCLE - HOSTILE_ON)))));
         }
       })();
     }
     await Promise.all(workers.map(async (w, i) => {
       while (performance.now() < end) {
         try {
-          rec.gen(i, await w.run(prompt, genTokens), ref);
+          const t0 = performance.now();
+          rec.gen(i, await w.run(prompt, genTokens), ref, t0);
         } catch (e) {
           rec.error(i, (await serverDied(e as Error, srv)).message);
           return;
@@ -798,7 +813,7 @@ async function soak(shape: string, model: string, modules: string, icd: string, 
     return {
       shape, soakS, promptTokens, genTokens, baselineS, sampleS, warmWrong,
       against: ref ? 'the one-tenant vugpu ids' : 'nothing (no one-tenant reference)',
-      ...(hostile ? { hostile: { twins: endlessRuns, launches: endless } } : {}),
+      ...(hostile ? { hostile: { twins: endlessRuns, launches: endless, onS: soakS * HOSTILE_ON, cycleS: soakS * HOSTILE_CYCLE } } : {}),
       ...sum,
       note: 'windows: per --sample-s, the requests that ended in it and the server\'s RSS and open descriptors at its end; memory growth from the first sample after the warm-up (baselineAtS) to the last; tokenWaitMs: the longest wait for one generated token per request (maxGap over all, p99 of the per-request longest), and the median time per generated token',
     };

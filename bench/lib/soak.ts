@@ -27,7 +27,11 @@ interface Window {
   maxGapMs: number;
   rssMiB: number | null;
   fds: number | null;
+  /** --hostile: whether the hostile VM was launching at the sample (its twin's descriptors count). */
+  hostileAtSample?: boolean;
 }
+
+interface Waits { gaps: number[]; intervals: number[] }
 
 const r1 = (x: number) => (Number.isFinite(x) ? +x.toFixed(1) : null);
 
@@ -40,8 +44,11 @@ export class SoakRecorder {
   private readonly t0 = performance.now();
   private readonly windows: Window[] = [];
   private cur: Window;
-  private readonly gaps: number[] = [];
-  private readonly intervals: number[] = [];
+  private readonly waits: Record<'all' | 'hostileOn' | 'hostileOff', Waits> = {
+    all: { gaps: [], intervals: [] }, hostileOn: { gaps: [], intervals: [] }, hostileOff: { gaps: [], intervals: [] },
+  };
+  private hostile: boolean | null = null;
+  private hostileOffAt = -Infinity;
   private readonly perTenant: { requests: number; tokens: number; wrong: number; errors: number; maxGapMs: number }[];
   readonly errorMessages: string[] = [];
 
@@ -59,20 +66,35 @@ export class SoakRecorder {
     return { tS: 0, requests: 0, tokens: 0, wrong: 0, errors: 0, maxGapMs: 0, rssMiB: null, fds: null };
   }
 
-  /** A tenant's generation, checked against its reference ids. */
-  gen(tenant: number, g: SoakGen, ref: number[] | undefined): void {
+  /** The hostile VM starts or stops launching. */
+  setHostile(on: boolean): void {
+    if (this.hostile === true && !on) this.hostileOff = performance.now();
+    this.hostile = on;
+  }
+
+  private set hostileOff(t: number) {
+    this.hostileOffAt = t;
+  }
+
+  /** A tenant's generation that started at `startMs` (performance.now()), checked against its
+   * reference ids. With a hostile VM it counts as beside it when the VM launched at any time during it. */
+  gen(tenant: number, g: SoakGen, ref: number[] | undefined, startMs: number): void {
     const wrong = ref !== undefined && g.tokens.join() !== ref.join();
     const t = this.perTenant[tenant]!;
     t.requests++;
     t.tokens += g.tokens.length;
     if (wrong) t.wrong++;
     const gap = g.maxGapMs ?? NaN;
+    const side = this.hostile === null ? null : this.hostile || this.hostileOffAt > startMs ? this.waits.hostileOn : this.waits.hostileOff;
+    const interval = g.tokens.length > 1 ? g.genMs / (g.tokens.length - 1) : NaN;
+    for (const w of side ? [this.waits.all, side] : [this.waits.all]) {
+      if (Number.isFinite(gap)) w.gaps.push(gap);
+      if (Number.isFinite(interval)) w.intervals.push(interval);
+    }
     if (Number.isFinite(gap)) {
       t.maxGapMs = Math.max(t.maxGapMs, gap);
-      this.gaps.push(gap);
       this.cur.maxGapMs = Math.max(this.cur.maxGapMs, gap);
     }
-    if (g.tokens.length > 1) this.intervals.push(g.genMs / (g.tokens.length - 1));
     this.cur.requests++;
     this.cur.tokens += g.tokens.length;
     if (wrong) this.cur.wrong++;
@@ -89,6 +111,7 @@ export class SoakRecorder {
     this.cur.tS = +((performance.now() - this.t0) / 1000).toFixed(1);
     this.cur.rssMiB = s?.rssMiB ?? null;
     this.cur.fds = s?.fds ?? null;
+    if (this.hostile !== null) this.cur.hostileAtSample = this.hostile;
     this.cur.maxGapMs = r1(this.cur.maxGapMs) ?? 0;
     this.windows.push(this.cur);
     this.cur = this.fresh();
@@ -105,15 +128,23 @@ export class SoakRecorder {
 
   summary(goalStallMs: number) {
     const ws = this.windows;
-    const base = ws.find((w) => w.tS >= this.baselineS && w.rssMiB !== null);
+    // like with like: the baseline is a sample with the hostile VM in the state it had at the last
     const last = [...ws].reverse().find((w) => w.rssMiB !== null);
+    const base = ws.find((w) => w.tS >= this.baselineS && w.rssMiB !== null && w.hostileAtSample === last?.hostileAtSample);
     const after = ws.filter((w) => base && w.tS >= base.tS && w.rssMiB !== null);
     const total = this.perTenant.reduce((a, t) => ({ requests: a.requests + t.requests, tokens: a.tokens + t.tokens, wrong: a.wrong + t.wrong, errors: a.errors + t.errors }),
       { requests: 0, tokens: 0, wrong: 0, errors: 0 });
     const durS = last?.tS ?? 0;
     const rssGrowthPct = base && last ? +(((last.rssMiB! - base.rssMiB!) / base.rssMiB!) * 100).toFixed(2) : null;
     const fdGrowth = base && last ? last.fds! - base.fds! : null;
-    const maxGapMs = this.gaps.length ? this.gaps.reduce((a, b) => Math.max(a, b), 0) : null;
+    const gaps = this.waits.all.gaps;
+    const maxGapMs = gaps.length ? gaps.reduce((a, b) => Math.max(a, b), 0) : null;
+    const waits = (w: Waits) => ({
+      requests: w.gaps.length,
+      medianInterval: r1(median(w.intervals)),
+      p99MaxGap: w.gaps.length ? r1(quantile(w.gaps, 0.99)) : null,
+      maxGap: w.gaps.length ? r1(w.gaps.reduce((a, b) => Math.max(a, b), 0)) : null,
+    });
     return {
       durationS: durS,
       ...total,
@@ -125,9 +156,8 @@ export class SoakRecorder {
         baselineFds: base?.fds ?? null, lastFds: last?.fds ?? null, fdGrowth,
       },
       tokenWaitMs: {
-        medianInterval: r1(median(this.intervals)),
-        p99MaxGap: this.gaps.length ? r1(quantile(this.gaps, 0.99)) : null,
-        maxGap: maxGapMs === null ? null : r1(maxGapMs),
+        ...waits(this.waits.all),
+        ...(this.hostile === null ? {} : { besideHostile: waits(this.waits.hostileOn), hostilePaused: waits(this.waits.hostileOff) }),
       },
       goals: {
         everyStreamVerified: total.requests > 0 && total.wrong === 0 && total.errors === 0,
