@@ -34,7 +34,9 @@
 //                       [--deadline-s S] [--timeout-s S] [--ready-timeout-s S]
 //                       [--flash-attention auto|on|off] [--native-features full|vugpu]
 //                       [--watchdog-ms N] [--policy NAME] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
-//                       [--soak-s S [--hostile] [--sample-s 10]]
+//                       [--soak-s S [--hostile] [--sample-s 10]] [--profile-serve]
+// --profile-serve: V8's profile of the one-tenant phase's server, summarised per dispatch in the
+// result (oneTenant.<shape>.profile).
 // --policy: serve's scheduler (default: serve's own, fair); the tenants phase is where it matters.
 // --quick: the tiny shape, a 64-token prompt, 16 tokens (this 2-core host with lavapipe).
 // The guest side runs the application image's model (/opt/models/tiny.gguf: shape tiny, f32,
@@ -57,6 +59,7 @@ import { loadManifest } from '../src/vm/manifest.ts';
 import { environment, freePort, median, outVariant, repoRoot, resultDevice, spread, textTable, writeBenchResult } from './lib/common.ts';
 import { SHAPES, type WeightType } from './lib/gguf.ts';
 import { SoakRecorder } from './lib/soak.ts';
+import { summarizeProfile } from './lib/cpuprofile.ts';
 import { twin, twinBinary, twinModules, type Twin } from './lib/twin.ts';
 
 const BENCH = 'llama';
@@ -81,7 +84,7 @@ try {
       device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
       'watchdog-ms': { type: 'string' }, policy: { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
       'guest-ready-timeout-s': { type: 'string', default: '900' },
-      'soak-s': { type: 'string' }, hostile: { type: 'boolean', default: false }, 'sample-s': { type: 'string', default: '10' },
+      'profile-serve': { type: 'boolean', default: false }, 'soak-s': { type: 'string' }, hostile: { type: 'boolean', default: false }, 'sample-s': { type: 'string', default: '10' },
     },
   }).values;
 } catch (e) {
@@ -138,6 +141,7 @@ if (policy !== undefined && !/^[a-z]+$/.test(policy)) usage(`--policy takes a sc
 const soakS = str('soak-s') === undefined ? 0 : int('soak-s', 10);
 const sampleS = int('sample-s', 10);
 const hostile = o.hostile === true;
+const profileServe = o['profile-serve'] === true;
 if (hostile && soakS === 0) usage('--hostile runs beside a soak: give --soak-s too');
 if (soakS > 0 && (tenants === 0 || !sides.includes('vugpu'))) usage('--soak-s soaks vugpu tenants: give --tenants >= 1 and vugpu among --sides');
 const T0 = performance.now();
@@ -410,7 +414,7 @@ let metricsPort = 0;
 /** The server's name of VM i of serve(): the --socket VM is vm0 (serve's default), the rest t<i>. */
 const vmName = (i: number): string => (i === 0 ? 'vm0' : `t${i}`);
 
-async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ server: ServerProcess; sockets: string[] }> {
+async function serve(dir: string, vms: number, sliceMiB: number, env?: Record<string, string>): Promise<{ server: ServerProcess; sockets: string[] }> {
   const sockets = Array.from({ length: vms }, (_, i) => path.join(dir, `t${i}.sock`));
   metricsPort = await freePort();
   // Every VM takes the default slice, an equal power-of-two share of what the host leaves (it keeps
@@ -420,7 +424,7 @@ async function serve(dir: string, vms: number, sliceMiB: number): Promise<{ serv
   if (watchdogMs !== undefined) args.push('--watchdog-ms', String(watchdogMs));
   if (policy !== undefined) args.push('--policy', policy);
   for (let i = 1; i < vms; i++) args.push('--vm', `name=${vmName(i)},socket=${sockets[i]},mode=fv`);
-  const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000 });
+  const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000, ...(env ? { env } : {}) });
   // VUGPU_BENCH_SERVER_LOG=FILE: the server's output is appended there when the bench exits
   // (diagnosis on a GPU host, where only files come back).
   const logTo = process.env.VUGPU_BENCH_SERVER_LOG;
@@ -474,7 +478,7 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
     const w: Partial<Record<Side, LlamaWorker>> = {};
     const onServer = SIDES.filter((k) => k !== 'native' && sides.includes(k));
     if (onServer.length) {
-      const s = await serve(tmp, onServer.length, sliceFor(shape));
+      const s = await serve(tmp, onServer.length, sliceFor(shape), profileServe ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${profDir(tmp)}` } : undefined);
       srv = s.server;
       onServer.forEach((k, i) => (vms[k] = { socket: s.sockets[i]!, name: vmName(i) }));
     }
@@ -579,7 +583,31 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
   } finally {
     await Promise.all(workers.map((x) => x.close()));
     await srv?.stop();
+    if (profileServe && srv) res.profile = serveProfile(tmp, res, countsInto[shape]);
   }
+}
+
+const profDir = (tmp: string) => path.join(tmp, 'serve-profile');
+const PROFILED = ['decode', 'runMethods', 'launchProgram', 'mapBuffers', 'translate', 'readVa', 'recentProgram', 'queueDispatch', 'submitBatch',
+  'packBatch', 'jobDone', 'onComplete', 'mmioWrite'];
+
+/** --profile-serve: the one-tenant server's V8 profile, its steady seconds per dispatch. */
+function serveProfile(tmp: string, res: Record<string, unknown>, counted: unknown): Record<string, unknown> {
+  const dir = profDir(tmp);
+  const file = fs.existsSync(dir) ? fs.readdirSync(dir).find((f) => f.endsWith('.cpuprofile')) : undefined;
+  if (!file) return { error: `no profile in ${dir} (the server did not exit cleanly?)` };
+  const sum = summarizeProfile(path.join(dir, file), PROFILED, 'decode', 400);
+  // dispatches per second in those seconds: the timed rounds' tokens/s × the engine's dispatches per token
+  const perToken = (counted as { perToken?: { engine?: { engineDispatches?: number } } } | undefined)?.perToken?.engine?.engineDispatches;
+  const genTps = (res.vugpu as { genTps?: number } | undefined)?.genTps;
+  const perS = perToken && genTps ? perToken * genTps : NaN;
+  const usPerDispatch = Number.isFinite(perS)
+    ? Object.fromEntries(Object.entries(sum.steadyState.msPerSecond).filter(([k]) => k !== 'idle').map(([k, ms]) => [k, +((ms * 1000) / perS).toFixed(2)]))
+    : null;
+  return {
+    what: 'V8 CPU profile (--cpu-prof) of `vugpu serve` over the one-tenant phase: self time per function; in the steady seconds (decode inclusive >= 400 ms), inclusive ms per second of the named functions (overlapping: decode includes launchProgram, which includes mapBuffers, which includes translate) and per dispatch',
+    ...sum, dispatchesPerSecond: Number.isFinite(perS) ? Math.round(perS) : null, usPerDispatch,
+  };
 }
 
 /** The engine's launch-path counters from /metrics.json (program_dispatch_seconds_total by phase,
