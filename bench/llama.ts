@@ -34,7 +34,7 @@
 //                       [--deadline-s S] [--timeout-s S] [--ready-timeout-s S]
 //                       [--flash-attention auto|on|off] [--native-features full|vugpu]
 //                       [--watchdog-ms N] [--policy NAME] [--device NAME] [--out NAME] [--guest-ready-timeout-s S]
-//                       [--soak-s S [--hostile] [--sample-s 10]] [--profile-serve]
+//                       [--soak-s S [--hostile] [--sample-s 10]] [--profile-serve] [--timeslice-always]
 // --profile-serve: V8's profile of the one-tenant phase's server, summarised per dispatch in the
 // result (oneTenant.<shape>.profile).
 // --policy: serve's scheduler (default: serve's own, fair); the tenants phase is where it matters.
@@ -84,7 +84,7 @@ try {
       device: { type: 'string' }, out: { type: 'string' }, 'count-tokens': { type: 'string', default: '8' },
       'watchdog-ms': { type: 'string' }, policy: { type: 'string' }, 'ready-timeout-s': { type: 'string', default: '180' },
       'guest-ready-timeout-s': { type: 'string', default: '900' },
-      'profile-serve': { type: 'boolean', default: false }, 'soak-s': { type: 'string' }, hostile: { type: 'boolean', default: false }, 'sample-s': { type: 'string', default: '10' },
+      'profile-serve': { type: 'boolean', default: false }, 'timeslice-always': { type: 'boolean', default: false }, 'soak-s': { type: 'string' }, hostile: { type: 'boolean', default: false }, 'sample-s': { type: 'string', default: '10' },
     },
   }).values;
 } catch (e) {
@@ -142,6 +142,8 @@ const soakS = str('soak-s') === undefined ? 0 : int('soak-s', 10);
 const sampleS = int('sample-s', 10);
 const hostile = o.hostile === true;
 const profileServe = o['profile-serve'] === true;
+// serve's context switch on a CPU device too (lavapipe), where serve leaves it off by default
+const timesliceAlways = o['timeslice-always'] === true;
 if (hostile && soakS === 0) usage('--hostile runs beside a soak: give --soak-s too');
 if (soakS > 0 && (tenants === 0 || !sides.includes('vugpu'))) usage('--soak-s soaks vugpu tenants: give --tenants >= 1 and vugpu among --sides');
 const T0 = performance.now();
@@ -423,6 +425,7 @@ async function serve(dir: string, vms: number, sliceMiB: number, env?: Record<st
   const args = ['--engine', 'vulkan', '--vram', `${vram}M`, '--metrics-port', String(metricsPort), '--mode', 'fv'];
   if (watchdogMs !== undefined) args.push('--watchdog-ms', String(watchdogMs));
   if (policy !== undefined) args.push('--policy', policy);
+  if (timesliceAlways) args.push('--timeslice-always');
   for (let i = 1; i < vms; i++) args.push('--vm', `name=${vmName(i)},socket=${sockets[i]},mode=fv`);
   const server = await startServer({ socket: sockets[0]!, args, readyTimeoutMs: 60_000, ...(env ? { env } : {}) });
   // VUGPU_BENCH_SERVER_LOG=FILE: the server's output is appended there when the bench exits
@@ -883,7 +886,7 @@ async function main(): Promise<number> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vugpu-llama-'));
   const result: Record<string, unknown> = {
     complete: false,
-    config: { watchdogMs: watchdogMs ?? 'serve default', policy: policy ?? 'serve default', soakS, hostile, quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
+    config: { watchdogMs: watchdogMs ?? 'serve default', policy: policy ?? 'serve default', timesliceAlways, soakS, hostile, quick, shapes, type: wtype, promptTokens, genTokens, rounds, tenants, sides, flashAttention: flash ?? 'library default', nativeFeatures, engine: 'vulkan', mode: 'fv', nativeIcd: native, node: process.version,
       loadAvgAtStart: os.loadavg().map((x) => +x.toFixed(2)) },
     oneTenant: {} as Record<string, unknown>, counts: {} as Record<string, unknown>, guestCounts: {} as Record<string, unknown>,
     tenants: {} as Record<string, unknown>, soak: {} as Record<string, unknown>,
