@@ -771,7 +771,8 @@ const HOSTILE_ON = 0.12;
  * fails stops; the others go on.
  */
 
-async function soak(shape: string, model: string, modules: string, icd: string, tmp: string, ref: number[] | undefined) {
+async function soak(shape: string, model: string, modules: string, icd: string, tmp: string, ref: number[] | undefined,
+  progress: (partial: Record<string, unknown>) => void) {
   const prompt = promptIds(promptTokens, SHAPES[shape]!.vocab);
   const s = await serve(tmp, tenants + (hostile ? 1 : 0), sliceFor(shape));
   const srv = s.server;
@@ -783,13 +784,20 @@ async function soak(shape: string, model: string, modules: string, icd: string, 
   const endless: Record<string, number> = {};
   let endlessRuns = 0;
   try {
+    const tReady = performance.now();
     await Promise.all(workers.map((w) => w.ready()));
+    log(`${shape} soak: ${tenants} tenants ready in ${((performance.now() - tReady) / 1000).toFixed(1)} s`);
     const t = performance.now();
     const warm = await Promise.all(workers.map((w) => w.run(prompt, genTokens)));
     const warmWrong = warm.filter((g) => ref && g.tokens.join() !== ref.join()).length;
     log(`${shape} soak: ${tenants} tenants warm in ${((performance.now() - t) / 1000).toFixed(1)} s${warmWrong ? `, ${warmWrong} wrong` : ''}`);
     const end = performance.now() + soakS * 1000;
-    sampler = setInterval(() => rec.sample(), sampleS * 1000);
+    // every sample also goes to the result file: a soak cut short (a device call's limit) still
+    // leaves what it measured
+    sampler = setInterval(() => {
+      rec.sample();
+      progress({ shape, soakS, partial: true, ...rec.summary(50) });
+    }, sampleS * 1000);
     // the last sample at the end, while every VM is still attached: growth compares like with like
     const last = setTimeout(() => {
       clearInterval(sampler);
@@ -894,9 +902,9 @@ async function main(): Promise<number> {
   };
   // the result's name: the host's Vulkan device as the server sees it (lavapipe, h200, …)
   const device = str('device') ?? resultDevice(vulkanDevices()[0]?.name);
-  const save = () => {
+  const save = (quiet = false) => {
     const f = writeBenchResult(BENCH, device, result, variant);
-    log(`wrote ${path.relative(repoRoot, f)}`);
+    if (!quiet) log(`wrote ${path.relative(repoRoot, f)}`);
   };
   const phase = async (name: string, minS: number, fn: () => Promise<Record<string, unknown>>, into: Record<string, unknown>, key: string) => {
     if (timeLeftS() < minS) {
@@ -936,7 +944,10 @@ async function main(): Promise<number> {
     if (soakS > 0) {
       const ref = (one?.tokensBySide as Record<string, number[]> | undefined)?.vugpu;
       const r = one?.sideErrors && 'vugpu' in (one.sideErrors as object) ? undefined : await phase(`${shape}: soak`, soakS + 60,
-        () => soak(shape, model, modules, icd, tmp, ref), result.soak as Record<string, unknown>, shape);
+        () => soak(shape, model, modules, icd, tmp, ref, (partial) => {
+          (result.soak as Record<string, unknown>)[shape] = partial;
+          save(true);
+        }), result.soak as Record<string, unknown>, shape);
       const g = r?.goals as Record<string, boolean | null> | undefined;
       if (!r || !ref || !g?.everyStreamVerified) failed = true;
     } else if (tenants > 0) {
