@@ -760,6 +760,8 @@ async function manyTenants(shape: string, model: string, modules: string, icd: s
  * until HOSTILE_CYCLE has passed, over and over. */
 const HOSTILE_CYCLE = 0.2;
 const HOSTILE_ON = 0.12;
+/** Goal 3's bound on a tenant's stall beside an endless program (the soak's longest token wait). */
+const STALL_GOAL_MS = 50;
 
 /**
  * The soak (issue 32 goal 5): --tenants vugpu workers (one fv VM each, one server) generating
@@ -794,14 +796,15 @@ async function soak(shape: string, model: string, modules: string, icd: string, 
     const end = performance.now() + soakS * 1000;
     // every sample also goes to the result file: a soak cut short (a device call's limit) still
     // leaves what it measured
-    sampler = setInterval(() => {
+    const sampleAndSave = () => {
       rec.sample();
-      progress({ shape, soakS, partial: true, ...rec.summary(50) });
-    }, sampleS * 1000);
+      progress({ shape, soakS, partial: true, ...rec.summary(STALL_GOAL_MS) });
+    };
+    sampler = setInterval(sampleAndSave, sampleS * 1000);
     // the last sample at the end, while every VM is still attached: growth compares like with like
     const last = setTimeout(() => {
       clearInterval(sampler);
-      rec.sample();
+      sampleAndSave();
     }, soakS * 1000);
     let hostileDone = Promise.resolve();
     if (hostile) {
@@ -847,7 +850,7 @@ async function soak(shape: string, model: string, modules: string, icd: string, 
     clearTimeout(last);
     clearInterval(sampler);
     rec.close();
-    const sum = rec.summary(50);
+    const sum = rec.summary(STALL_GOAL_MS);
     log(`${shape} soak: ${sum.requests} requests, ${sum.tokens} tokens, ${sum.wrong} wrong, ${sum.errors} errors; RSS ${sum.memory.baselineRssMiB} → ${sum.memory.lastRssMiB} MiB (${sum.memory.rssGrowthPct} %), fds ${sum.memory.baselineFds} → ${sum.memory.lastFds}; longest token wait ${sum.tokenWaitMs.maxGap} ms`);
     return {
       shape, soakS, promptTokens, genTokens, baselineS, sampleS, warmWrong,
@@ -949,7 +952,7 @@ async function main(): Promise<number> {
           save(true);
         }), result.soak as Record<string, unknown>, shape);
       const g = r?.goals as Record<string, boolean | null> | undefined;
-      if (!r || !ref || !g?.everyStreamVerified) failed = true;
+      if (!r || !ref || !g?.everyStreamVerified || r.warmWrong) failed = true;
     } else if (tenants > 0) {
       // a side that failed alone is not tried eight times over
       const oneFailed = Object.keys((one?.sideErrors as object | undefined) ?? {});

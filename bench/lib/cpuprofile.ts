@@ -36,7 +36,7 @@ export function summarizeProfile(file: string, functions: readonly string[], ste
   }
   const label = (n: ProfileNode) => `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.split('/').pop() ?? ''}:${n.callFrame.lineNumber + 1}`;
   const want = new Set([...functions, steadyFn]);
-  // per node: its label, and which wanted functions are on its stack (computed once per node)
+  // per node: which of the wanted functions are on its stack (walked once per node)
   const stackOf = new Map<number, string[]>();
   const onStack = (id: number): string[] => {
     let s = stackOf.get(id);

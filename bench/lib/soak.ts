@@ -68,12 +68,8 @@ export class SoakRecorder {
 
   /** The hostile VM starts or stops launching. */
   setHostile(on: boolean): void {
-    if (this.hostile === true && !on) this.hostileOff = performance.now();
+    if (this.hostile === true && !on) this.hostileOffAt = performance.now();
     this.hostile = on;
-  }
-
-  private set hostileOff(t: number) {
-    this.hostileOffAt = t;
   }
 
   /** A tenant's generation that started at `startMs` (performance.now()), checked against its
