@@ -219,7 +219,7 @@ export class Vugpu {
     if (ctxsw) {
       this.metrics.addFamily({
         name: 'ctxsw_cuts_total', type: 'counter',
-        help: "Guest programs stopped with CTXSW_TIMEOUT after their timeslice while another VM's work waited (serve --timeslice-ms; a GPU cannot switch them out).",
+        help: "Guest programs stopped with CTXSW_TIMEOUT after their timeslice while another VM's work waited (serve --timeslice-ms; a GPU cannot switch them out, nor a CPU device between VMs that share a way).",
         samples: () => [{ labels: {}, value: ctxsw.cuts }],
       });
     }

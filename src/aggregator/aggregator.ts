@@ -130,10 +130,12 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
     this.engine = engine;
     this.log = opts.log ?? logger.child({ part: 'aggregator' });
     this.stallCheckMs = opts.stallCheckMs ?? 10;
-    // Where the engine switches contexts itself (gpu/ctxsw.ts), a released submission's jobs still
-    // wait there for the device, so the release may come as early as a program's timeslice: the
-    // next VM's job then reaches the context switch, which cuts the program, within it.
-    this.releaseAfterNs = (opts.releaseAfterMs ?? opts.engine.cp.ctxsw?.timesliceMs ?? 50) * 1e6;
+    // Where the engine switches between all VMs itself (a GPU, gpu/ctxsw.ts), a released
+    // submission's jobs still wait there for the device, so the release may come as early as a
+    // program's timeslice: the next VM's job then reaches the context switch, which cuts the
+    // program, within it.
+    const ctxsw = opts.engine.cp.ctxsw;
+    this.releaseAfterNs = (opts.releaseAfterMs ?? (ctxsw?.wholeDevice ? ctxsw.timesliceMs : 50)) * 1e6;
     this.quarantineMs = opts.quarantineMs ?? 250;
     this.metrics = opts.metrics ?? null;
     const vram = engine.vramSize;

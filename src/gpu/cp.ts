@@ -20,7 +20,7 @@ import { copyMethod } from './copy.ts';
 import { BLOCK, CONTINUE, RETRY, STOP, type ClassContext, type ClassMethod, type PostOp, type Step } from './step.ts';
 
 import { computeMethod } from './compute.ts';
-import { GpuJob, type ContextSwitch } from './ctxsw.ts';
+import { GpuJob, type ContextSwitches } from './ctxsw.ts';
 
 /** Methods executed per pump turn before yielding to the event loop. */
 const TURN_BUDGET = 65536;
@@ -69,9 +69,10 @@ export class CommandProcessor implements ClassContext {
   programs: ProgramCache | null = null;
   /** Run KERNEL_ID launches as the built-ins' SPIR-V on the program backend (--engine vulkan). */
   builtinsOnPrograms = false;
-  /** The program device's jobs go through it when the device cannot switch a running program
-   * out for another owner's (ctxsw.ts); null = the device time-slices them itself. */
-  ctxsw: ContextSwitch | null = null;
+  /** The program device's jobs go through these where the device cannot switch a running
+   * program out for another owner's: on a GPU between all owners, on a CPU device between the
+   * owners of one way (ctxsw.ts); null = no timeslice (timesliceMs 0). */
+  ctxsw: ContextSwitches | null = null;
   /** Launches per batch at most (1: none batched). */
   batchLaunches = batchLaunches();
   /** Batches run and the launches in them (/metrics; tests). */
@@ -526,8 +527,8 @@ export class CommandProcessor implements ClassContext {
     const where = wheres ? wheres : this.where;
     ch.wait = WAIT_JOB;
     this.inFlight++;
-    const ctxsw = gpu !== GpuJob.NONE ? this.ctxsw : null;
-    // Without a context switch (every CPU-device launch) no second closure per launch.
+    const ctxsw = gpu !== GpuJob.NONE && this.ctxsw ? this.ctxsw.of(ch.owner) : null;
+    // Without a context switch (kernels and copies on the CPU pool) no second closure per launch.
     if (!ctxsw) {
       ch.job = submit(this.watchdogMs, (r) => {
         this.inFlight--;

@@ -18,6 +18,14 @@
 // Jobs of the owner holding the device are admitted at once while nobody else waits, so the
 // common case is a compare and a counter; with others waiting, admission alternates owners in
 // arrival order (an owner's new jobs queue behind the waiters).
+//
+// A CPU device (lavapipe) does time-slice, but only between its ways: each way is a Vulkan
+// instance whose compute threads the host's scheduler shares the cores with, and owners beyond
+// the device's ways share one (owner % ways, native/src/vulkan WayContext). Two owners on one
+// way are one context to the device, as every owner is on a GPU: an endless program of one holds
+// the other's dispatches on that instance's threads. So the engine switches between the owners
+// of each way (ContextSwitches: one switch per group of owners the device does not time-slice
+// between), and owners on ways of their own never wait here for each other.
 import type { ChannelState } from './channel.ts';
 
 /** What a job is to the context switch: not on the program device (native kernels, copies: not
@@ -39,10 +47,32 @@ interface Waiter {
   run: () => boolean;
 }
 
-export class ContextSwitch {
+/** The engine's context switches: one per group of owners that the device does not time-slice
+ * between (a GPU: all owners, one group; a CPU device: the owners of one way). */
+export class ContextSwitches {
   readonly timesliceMs: number;
   /** Guest programs stopped for another owner (counted by the command processor). */
   cuts = 0;
+  private readonly groups: ContextSwitch[];
+
+  constructor(opts: ContextSwitchOptions, groups: number) {
+    this.timesliceMs = opts.timesliceMs;
+    this.groups = Array.from({ length: Math.max(1, groups) }, () => new ContextSwitch(opts));
+  }
+
+  /** Whether one switch covers every owner (a GPU): every job of another VM waits here. */
+  get wholeDevice(): boolean {
+    return this.groups.length === 1;
+  }
+
+  /** The switch that `owner`'s jobs go through (owner % groups: the device's way). */
+  of(owner: number): ContextSwitch {
+    return this.groups[owner % this.groups.length]!;
+  }
+}
+
+export class ContextSwitch {
+  readonly timesliceMs: number;
   private holder = -1;
   private held = 0;
   /** The holder's guest programs in flight. */

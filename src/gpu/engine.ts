@@ -14,7 +14,7 @@ import { diagRegisters } from './diag.ts';
 import { Mmu, mmuRegisters } from './mmu.ts';
 import { Pfifo } from './pfifo.ts';
 import { CommandProcessor } from './cp.ts';
-import { ContextSwitch } from './ctxsw.ts';
+import { ContextSwitches } from './ctxsw.ts';
 import { pprogRegisters } from './pprog.ts';
 import { ProgramCache, type ProgramBackend } from './programs.ts';
 import { BUILTIN_OWNER } from './builtin-programs.ts';
@@ -117,13 +117,16 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
     }
     this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
     const timesliceMs = opts.timesliceMs ?? DEFAULT_TIMESLICE_MS;
-    if (opts.programs && timesliceMs > 0 && (opts.timesliceAlways || opts.programs.timesliced === false)) {
-      this.cp.ctxsw = new ContextSwitch({
+    // A device that time-slices its ways itself leaves the engine only the owners of one way to
+    // switch between (none where every owner has a way of its own).
+    const groups = !opts.programs ? 0 : opts.timesliceAlways || opts.programs.timesliced === false ? 1 : opts.programs.ways ?? 0;
+    if (timesliceMs > 0 && groups > 0) {
+      this.cp.ctxsw = new ContextSwitches({
         timesliceMs,
         preempt: (ch, ms) => {
           if (ch.job >= 0) jobPool.preempt(ch.job, ms);
         },
-      });
+      }, groups);
     }
     this.completionPollUs = opts.completionPollUs ?? opts.programs?.completionPollUs ?? 0;
     jobPool.setCompletionPoll(this, this.completionPollUs);

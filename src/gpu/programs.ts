@@ -79,6 +79,9 @@ export interface ProgramBackend {
    * threads); false: a program that never ends holds the device, and the engine switches
    * (ctxsw.ts). Absent = true. */
   readonly timesliced?: boolean;
+  /** A time-slicing device's ways: owner % ways is an owner's way, and owners on one way are one
+   * context to the device (the engine switches between them, ctxsw.ts). Absent = one per owner. */
+  readonly ways?: number;
   /** Bumped when the device is lost and rebuilt (a multi-dispatch launch that spans it fails). */
   generation?(): number;
   /** Check, rewrite and compile into `slot`; status 0 = ready, -EINVAL = refused (see info). */

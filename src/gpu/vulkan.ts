@@ -62,6 +62,7 @@ export class VulkanBackend implements ProgramBackend {
   readonly readOnlyWindows: ReadOnlyWindows;
   readonly completionPollUs: number;
   readonly timesliced: boolean;
+  readonly ways: number;
   private closed = false;
 
   readonly deviceInfo: VulkanDeviceInfo;
@@ -80,6 +81,8 @@ export class VulkanBackend implements ProgramBackend {
     // A CPU device's ways are threads the OS time-slices; a GPU's driver does not switch a program
     // that never ends out for another context (ctxsw.ts).
     this.timesliced = info.type === 'cpu';
+    // Owners beyond a CPU device's ways share one (native/src/vulkan WayContext: owner % ways).
+    this.ways = info.type === 'cpu' ? Math.max(1, info.tuning.CPU_WAYS) : 1;
   }
 
   /** Open the named device (substring match) or the first suitable one; throws a readable

@@ -60,8 +60,8 @@ export const SERVE_OPTIONS: readonly OptionDef[] = [
   { key: 'engine', kind: kinds.engine, arg: 'NAME', help: 'engine backend: auto, native or vulkan (default auto)' },
   { key: 'vulkan-device', kind: stringKind('part of a Vulkan device name'), arg: 'NAME', help: 'the Vulkan device to use (default: the first suitable one)' },
   { key: 'completion-poll-us', kind: intKind(0, 100_000, 'a number of microseconds'), arg: 'US', help: 'poll up to US µs for a GPU job to finish, and for the next GPU launch after one, instead of sleeping; spends a core while polling (default 1000 on a GPU with ≥ 4 CPUs, else 0)' },
-  { key: 'timeslice-ms', kind: intKind(0, 60_000, 'a number of milliseconds'), arg: 'MS', help: "on a GPU, which cannot switch a program that never ends out for another VM's work: how long a VM's program may run while another VM's work waits before it is stopped with CTXSW_TIMEOUT (default 20; 0 = never, and a neighbour then waits until the watchdog or the driver ends it)" },
-  { key: 'timeslice-always', kind: boolKind, help: 'switch between VMs in the engine (--timeslice-ms) on a CPU device too, which time-slices them itself: for testing' },
+  { key: 'timeslice-ms', kind: intKind(0, 60_000, 'a number of milliseconds'), arg: 'MS', help: "on a GPU, which cannot switch a program that never ends out for another VM's work (and between VMs that share a CPU device's way): how long a VM's program may run while another VM's work waits before it is stopped with CTXSW_TIMEOUT (default 20; 0 = never, and a neighbour then waits until the watchdog or the driver ends it)" },
+  { key: 'timeslice-always', kind: boolKind, help: 'switch between all VMs in the engine (--timeslice-ms) on a CPU device too, which time-slices VMs on ways of their own itself: for testing' },
   // Surviving a crash or an upgrade (issue 9, src/persist/serve.ts).
   { key: 'state-dir', kind: pathKind, arg: 'DIR', help: "restartable: the fd keeper's socket and log live here; started again with the same options it adopts the running VMs" },
   { key: 'keeper', kind: socketKind, arg: 'SOCKET', help: "restartable: the fd keeper's socket (default DIR/keeper.sock)" },
