@@ -135,7 +135,7 @@ export class Aggregator implements VgpuHost, Persist<AggregatorState> {
     // program's timeslice: the next VM's job then reaches the context switch, which cuts the
     // program, within it.
     const ctxsw = opts.engine.cp.ctxsw;
-    this.releaseAfterNs = (opts.releaseAfterMs ?? (ctxsw?.wholeDevice ? ctxsw.timesliceMs : 50)) * 1e6;
+    this.releaseAfterNs = (opts.releaseAfterMs ?? (ctxsw?.wholeDevice ? Math.min(ctxsw.timesliceMs, 50) : 50)) * 1e6;
     this.quarantineMs = opts.quarantineMs ?? 250;
     this.metrics = opts.metrics ?? null;
     const vram = engine.vramSize;

@@ -51,7 +51,8 @@ export interface EngineOptions {
   /** Run the built-in kernels as their SPIR-V versions on the program device (`--engine vulkan`). */
   builtinsOnPrograms?: boolean;
   /** How long a guest program may hold a program device that cannot switch it out while
-   * another owner's job waits, ms (ctxsw.ts); 0 = never cut. Default 20. */
+   * another owner's job waits, ms (ctxsw.ts); 0 = never cut. Default 20 (DEFAULT_TIMESLICE_MS);
+   * between the VMs of one way of a CPU device SHARED_WAY_TIMESLICE_MS. */
   timesliceMs?: number;
   /** Switch contexts in the engine on any program device, also one that time-slices itself (a
    * CPU device): how the GPU's behaviour is tested where there is none. */
@@ -64,6 +65,11 @@ export interface EngineOptions {
 /** A guest program's timeslice on a device that cannot switch it out (ctxsw.ts): a neighbour's
  * wait stays within the 50 ms issue 34 asks for, with room for the cut and its own launch. */
 export const DEFAULT_TIMESLICE_MS = 20;
+
+/** The same between VMs that share a CPU device's way: there a legitimate dispatch runs for tens
+ * to hundreds of ms on a loaded host (lavapipe shares the cores with every other way), and a GPU's
+ * timeslice cut llama.cpp's own launches beside a hostile VM. */
+export const SHARED_WAY_TIMESLICE_MS = 1000;
 
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */
 const MAX_LOGGED_UNKNOWN = 256;
@@ -116,10 +122,12 @@ export class Engine implements GpuCore, Persist<EngineState, void, EngineRestore
       this.vram.keepResident(opts.programs.keepVram?.(this.vram.size) ?? null);
     }
     this.cp.builtinsOnPrograms = opts.builtinsOnPrograms === true && this.cp.programs !== null;
-    const timesliceMs = opts.timesliceMs ?? DEFAULT_TIMESLICE_MS;
     // A device that time-slices its ways itself leaves the engine only the owners of one way to
     // switch between (none where every owner has a way of its own).
-    const groups = !opts.programs ? 0 : opts.timesliceAlways || opts.programs.timesliced === false ? 1 : opts.programs.ways ?? 0;
+    const p = opts.programs;
+    const switchAll = !!p && (opts.timesliceAlways === true || p.timesliced === false);
+    const groups = !p ? 0 : switchAll ? 1 : p.ways ?? 0;
+    const timesliceMs = opts.timesliceMs ?? (switchAll ? DEFAULT_TIMESLICE_MS : SHARED_WAY_TIMESLICE_MS);
     if (timesliceMs > 0 && groups > 0) {
       this.cp.ctxsw = new ContextSwitches({
         timesliceMs,
