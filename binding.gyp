@@ -7,12 +7,6 @@
     "cflags!": [ "-fno-exceptions" ],
     "cflags_cc!": [ "-fno-exceptions", "-std=gnu++17" ],
     "cflags_cc": [ "-O3", "-std=c++20", "-mavx2", "-mfma", "-fno-strict-aliasing" ],
-    "libraries": [ "-lpthread", "-ldl", "-Wl,--exclude-libs,ALL", "/usr/lib/x86_64-linux-gnu/libSPIRV-Tools.a" ],
-    "conditions": [
-      [ "'<!(test -e /usr/include/x86_64-linux-gnu/cblas.h -o -e /usr/include/cblas.h && echo yes || echo no)'=='yes'", {
-        "defines": [ "VUGPU_HAVE_OPENBLAS=1" ],
-        "libraries": [ "-lopenblas" ]
-      } ]
-    ]
+    "libraries": [ "-lpthread", "-ldl", "-Wl,--exclude-libs,ALL", "/usr/lib/x86_64-linux-gnu/libSPIRV-Tools.a" ]
   }]
 }

@@ -3,7 +3,7 @@
 //   deps [--exclude a,b]           the runtime npm packages, from package-lock.json (one path a line)
 //   symbols FILE...                the glibc/libstdc++/libgcc_s symbol versions FILE... need, checked
 //                                  against what a bare Ubuntu 24.04 provides (exit 1 on a miss)
-//   qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT   the QEMU manifest with @BUNDLE@ placeholders
+//   qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT [VKAPP]   the QEMU manifest with @BUNDLE@ placeholders
 //   manifest DIR INFO_JSON         MANIFEST.json + SHA256SUMS + BUNDLE-INFO for the staged bundle DIR
 //   llama-files NODE_MODULES_DIR   the files of node-llama-cpp's install that --with-llama carries (NUL-separated)
 import { execFileSync } from 'node:child_process';
@@ -143,7 +143,7 @@ export const BUNDLE_PLACEHOLDER = '@BUNDLE@';
  *  launcher (libexec/vugpu-env.sh) substitutes where the bundle was unpacked. The QEMU runs
  *  with the bundle's own (trixie) ld.so and libraries, as setup.sh runs the rootfs's. */
 export function qemuManifestTemplate(cache: { qemu: { version: string }; kernelRelease: string; guestFiles: string[] },
-                                     kernel: string, initramfs: string): string {
+                                     kernel: string, initramfs: string, vkapp?: string): string {
   const B = BUNDLE_PLACEHOLDER;
   const m = {
     format: 1,
@@ -159,6 +159,8 @@ export function qemuManifestTemplate(cache: { qemu: { version: string }; kernelR
     kernelRelease: cache.kernelRelease,
     rootfs: `${B}/qemu`,
     guestFiles: cache.guestFiles,
+    // the guest's application disk, made where the bundle runs (bin/vugpu-vkapp)
+    ...(vkapp ? { vkapp: `${B}/guest/${vkapp}` } : {}),
   };
   return `${JSON.stringify(m, null, 2)}\n`;
 }
@@ -262,10 +264,10 @@ function main(argv: string[]): number {
       return bad.length ? 1 : 0;
     }
     case 'qemu-template': {
-      const [cacheManifest, kernel, initramfs, out] = rest;
-      if (!cacheManifest || !kernel || !initramfs || !out) throw new Error('qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT');
+      const [cacheManifest, kernel, initramfs, out, vkapp] = rest;
+      if (!cacheManifest || !kernel || !initramfs || !out) throw new Error('qemu-template CACHE_MANIFEST KERNEL INITRAMFS OUT [VKAPP]');
       const cache = JSON.parse(fs.readFileSync(cacheManifest, 'utf8'));
-      fs.writeFileSync(out, qemuManifestTemplate(cache, kernel, initramfs));
+      fs.writeFileSync(out, qemuManifestTemplate(cache, kernel, initramfs, vkapp));
       return 0;
     }
     case 'manifest': {

@@ -9,11 +9,20 @@
 #                     `device` tool can carry it)
 #   --with-qemu       add QEMU (from the setup rootfs, with its own glibc and libraries), the guest
 #                     kernel and the initramfs (from $VUGPU_CACHE, default /var/cache/vugpu)
+#   --no-openblas     leave OpenBLAS out (36 MB unpacked): the CPU engine's f32 GEMM then runs the
+#                     addon's own loop (native/kernels/gemm.cc opens OpenBLAS where it finds it)
 #   --with-llama      add llama.cpp for bench:llama (bench/gpu-host-llama.sh): node-llama-cpp 3.21.1
 #                     with only its prebuilt Vulkan build (scripts/llama-deps.sh; the CPU-only
 #                     prebuilt, the llama.cpp source and build files, docs and types left out) in
 #                     llama/, and guest/vkapp/llama-{run,worker}.ts. Models are not carried: bench:llama
-#                     writes them where it runs (bench/lib/gguf.ts)
+#                     writes them where it runs (bench/lib/gguf.ts). With --with-qemu too: the
+#                     guest's application layer (guest/vkapp-base: the guest userland's libraries
+#                     that Node, llama.cpp and the Vulkan loader need; bin/vugpu-vkapp makes the
+#                     guest's disk from them and the bundle's own Node and llama/ where it runs)
+#   --guest-apart     (with --with-qemu) put QEMU and the guest (qemu/, the kernel, the initramfs,
+#                     guest/vkapp-base/, bin/vugpu-vkapp) into a second archive, OUT less .tar.xz
+#                     plus -guest.tar.xz, to be unpacked over the first: with llama.cpp too the
+#                     whole does not fit one device call (bench/gpu-host-llama.sh: VUGPU_BUNDLE_GUEST)
 #   --xz LEVEL        xz preset (default 9e; 6 is ~3x faster and ~1 MiB larger)
 #   --no-build        take the addon, build/spirv and the twin as they are (no incremental builds)
 #   --keep-stage      keep the unpacked tree (build/bundle-stage/vugpu-bundle)
@@ -35,7 +44,7 @@ cd "$REPO"
 CACHE=${VUGPU_CACHE:-/var/cache/vugpu}
 DEBS=$CACHE/bundle-debs
 OUT=build/vugpu-bundle.tar.xz
-WITH_QEMU=0 WITH_LLAMA=0 XZ=9e BUILD=1 KEEP=0 VERIFY=0 VERIFY_ROOTFS= DEB_VERSIONS=
+WITH_QEMU=0 WITH_LLAMA=0 OPENBLAS=1 APART=0 XZ=9e BUILD=1 KEEP=0 VERIFY=0 VERIFY_ROOTFS= DEB_VERSIONS=
 SIZE_GOAL_MIB=55   # the issue's goal
 CARRY_MIB=64       # what the device tool carries in one call (working tree included)
 
@@ -46,6 +55,8 @@ while (($#)); do
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
     --with-qemu) WITH_QEMU=1; shift ;;
     --with-llama) WITH_LLAMA=1; shift ;;
+    --no-openblas) OPENBLAS=0; shift ;;
+    --guest-apart) APART=1; shift ;;
     --xz) XZ=${2:?--xz needs a level}; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --keep-stage) KEEP=1; shift ;;
@@ -56,6 +67,7 @@ while (($#)); do
   esac
 done
 [[ $XZ =~ ^[0-9]e?$ ]] || die "--xz takes a preset 0-9 or 0e-9e, not $XZ"
+((APART == 0 || WITH_QEMU)) || die "--guest-apart needs --with-qemu"
 [[ $(uname -m) == x86_64 ]] || die "build the bundle on x86-64 (this is $(uname -m)): it carries x86-64 binaries built here"
 for t in strip readelf ldd tar xz make gcc dpkg-deb; do command -v $t >/dev/null || die "needs $t"; done
 T0=$(date +%s)
@@ -136,6 +148,14 @@ bundle_libs_of() { # $1 = an ELF file
 }
 bundle_libs_of "$STAGE/node/bin/node"
 bundle_libs_of "$STAGE/$ADDON"
+# OpenBLAS is opened, not linked (native/kernels/gemm.cc): ldd does not name it.
+if ((OPENBLAS)); then
+  BLAS=$(ldconfig -p | awk '$1 == "libopenblas.so.0" && /x86-64/ {print $NF; exit}')
+  [[ -n $BLAS ]] || die "no libopenblas.so.0 on this machine (scripts/ensure-deps.sh installs it), or pass --no-openblas"
+  cp -L "$BLAS" "$STAGE/lib/libopenblas.so.0"
+  strip --strip-unneeded "$STAGE/lib/libopenblas.so.0"
+  bundle_libs_of "$STAGE/lib/libopenblas.so.0"
+fi
 ADDON_LIBS=$(cd "$STAGE/lib" && ls)
 say "addon libraries: $(echo $ADDON_LIBS)"
 
@@ -271,7 +291,9 @@ if ((WITH_QEMU)); then
   else
     cp "$INITRD" "$STAGE/guest/"
   fi
-  lib qemu-template "$M" "$(basename "$KERNEL")" "$INITRD_NAME" "$STAGE/guest/manifest.template.json"
+  # With llama.cpp the guest's application disk is made where the bundle runs (below).
+  lib qemu-template "$M" "$(basename "$KERNEL")" "$INITRD_NAME" "$STAGE/guest/manifest.template.json" \
+    $( ((WITH_LLAMA)) && echo vkapp.tar)
   QEMU_VERSION=$(QEMU_MODULE_DIR=$STAGE/qemu/modules "$STAGE/qemu/lib/ld-linux-x86-64.so.2" --library-path "$STAGE/qemu/lib" \
     "$STAGE/qemu/bin/qemu-system-x86_64" --version | head -n 1)
   timeout 20 env QEMU_MODULE_DIR="$STAGE/qemu/modules" "$STAGE/qemu/lib/ld-linux-x86-64.so.2" --library-path "$STAGE/qemu/lib" \
@@ -280,8 +302,47 @@ if ((WITH_QEMU)); then
   say "QEMU: $QEMU_VERSION, kernel $(basename "$KERNEL"), $INITRD_NAME"
 fi
 
+# ---------------------------------------------------------------- optional: the guest's application layer
+# With QEMU and llama.cpp, what a guest needs to run llama.cpp through vugpu's Vulkan driver on the
+# GPU host (bench:llama --sides guest). The checkout's application image (vkapp.squashfs: a whole
+# trixie userland with a second Node and llama.cpp) would not fit one device call beside the rest,
+# so the bundle carries only the guest userland's libraries that its own Node and llama.cpp, the
+# Vulkan loader, the guest's Vulkan driver and busybox need; bin/vugpu-vkapp puts them, Node,
+# llama/ and the tiny model into one tar where the bundle runs, and guest/vkapp/vkapp.sh unpacks
+# that into the guest's RAM.
+VKAPP_NOTE=
+if ((WITH_QEMU && WITH_LLAMA)); then
+  VB=$STAGE/guest/vkapp-base
+  VL=$VB/usr/lib/x86_64-linux-gnu
+  mkdir -p "$VL" "$VB/usr/lib64" "$VB/usr/bin"
+  ln -s usr/lib "$VB/lib" && ln -s usr/lib64 "$VB/lib64" && ln -s usr/bin "$VB/bin"
+  cp -L "$LD" "$VB/usr/lib64/ld-linux-x86-64.so.2"
+  cp -L "$ROOTFS/usr/lib/x86_64-linux-gnu/libvulkan.so.1" "$VL/"
+  cp -L "$ROOTFS/bin/busybox" "$VB/usr/bin/busybox" && ln -s busybox "$VB/usr/bin/sh"
+  GUEST_ICD=$CACHE/guest-out/opt/vugpu/libvulkan_vugpu.so
+  [[ -f $GUEST_ICD ]] || die "no guest Vulkan driver at $GUEST_ICD (npm run setup builds it)"
+  ELVES=("$STAGE/node/bin/node" "$VL/libvulkan.so.1" "$VB/usr/bin/busybox" "$GUEST_ICD")
+  while IFS= read -r -d '' f; do ELVES+=("$f"); done < <(find "$STAGE/llama" -type f \( -name '*.so' -o -name '*.so.*' -o -name '*.node' \) -print0)
+  for f in "${ELVES[@]}"; do
+    readelf -d "$f" 2>/dev/null | grep -q NEEDED || continue   # static (busybox)
+    LIST=$("$LD" --library-path "$LP" --list "$f" 2>&1) || die "the guest's $(basename "$f"): $LIST"
+    while IFS= read -r line; do
+      [[ $line =~ ^[[:space:]]*([^[:space:]]+)\ =\>\ ([^[:space:]]+) ]] || continue
+      [[ ${BASH_REMATCH[2]} == not ]] && die "the guest's $(basename "$f") needs ${BASH_REMATCH[1]}, which the rootfs lacks"
+      [[ ${BASH_REMATCH[2]} == "$ROOTFS"/* ]] || continue   # llama.cpp's own libraries, beside it
+      [[ $(basename "${BASH_REMATCH[1]}") == ld-linux-x86-64.so.2 ]] && continue
+      dst=$VL/$(basename "${BASH_REMATCH[1]}")
+      [[ -e $dst ]] || cp -L "${BASH_REMATCH[2]}" "$dst"
+    done <<<"$LIST"
+  done
+  for f in "$VL"/*; do strip --strip-unneeded "$f" 2>/dev/null || true; done
+  VKAPP_NOTE="guest/vkapp-base: $(ls "$VL" | wc -l) libraries of the guest's userland (bin/vugpu-vkapp)"
+  say "guest application layer: $(ls "$VL" | wc -l) libraries, $(du -sm "$VB" | cut -f1) MiB"
+fi
+
 # ---------------------------------------------------------------- launchers, docs, manifest
 cp scripts/bundle/vugpu scripts/bundle/vugpu-twin scripts/bundle/vugpu-node scripts/bundle/vugpu-smoke "$STAGE/bin/"
+[[ -n $VKAPP_NOTE ]] && cp scripts/bundle/vugpu-vkapp "$STAGE/bin/"
 chmod 755 "$STAGE"/bin/*
 cp scripts/bundle/vugpu-env.sh scripts/bundle/vkprobe.py "$STAGE/libexec/"
 cp scripts/bundle/README-BUNDLE.md "$STAGE/"
@@ -289,22 +350,40 @@ COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DIRTY=$([[ -n "$(git status --porcelain -- src bench test/support native guest package.json 2>/dev/null)" ]] && echo ' (+ uncommitted changes)' || true)
 INFO=$STAGE_ROOT/info.json
 "$NODE_BIN" -e '
-  const [commit, node, debs, twin, qemu, libs, icd, llama] = process.argv.slice(1);
+  const [commit, node, debs, twin, qemu, libs, icd, llama, vkapp] = process.argv.slice(1);
   const info = { name: "vugpu-bundle", commit, created: new Date().toISOString(), node,
     platform: "x86_64 Linux, glibc >= 2.34 (made for Ubuntu 24.04)", addonLibs: libs.split(" ").filter(Boolean),
     debian12: debs.trim().split(" "), twin: twin.split(" "), qemu: qemu || "not included (bundle.sh --with-qemu)",
-    vulkanDriver: icd || "not included (no guest/vulkan)", llama: llama || "not included (bundle.sh --with-llama)" };
+    vulkanDriver: icd || "not included (no guest/vulkan)", llama: llama || "not included (bundle.sh --with-llama)",
+    guestApp: vkapp || "not included (bundle.sh --with-qemu --with-llama)" };
   process.stdout.write(JSON.stringify(info));' \
-  "$COMMIT$DIRTY" "$NODE_VERSION" "$DEB_VERSIONS" "${TWIN_PROGS[*]}" "$QEMU_VERSION" "$(echo $ADDON_LIBS)" "$ICD_NOTE" "$LLAMA_NOTE" >"$INFO"
+  "$COMMIT$DIRTY" "$NODE_VERSION" "$DEB_VERSIONS" "${TWIN_PROGS[*]}" "$QEMU_VERSION" "$(echo $ADDON_LIBS)" "$ICD_NOTE" "$LLAMA_NOTE" "$VKAPP_NOTE" >"$INFO"
 lib manifest "$STAGE" "$INFO" | sed 's/^/[bundle] stage: /'
 rm -f "$INFO"
 
 # ---------------------------------------------------------------- archive
 mkdir -p "$(dirname "$OUT")"
 say "xz preset $XZ with the x86 filter (minutes at 9e on 2 cores)…"
-tar -C "$STAGE_ROOT" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$(date +%s)" -cf - vugpu-bundle |
-  xz --x86 --lzma2=preset="$XZ" -T0 -c >"$OUT.tmp"   # x86 BCJ: most of the bytes are x86 code (-2.3 MB)
-mv "$OUT.tmp" "$OUT"
+MTIME=$(date +%s)
+archive() { # $1 = archive, then tar options and the paths under $STAGE_ROOT it holds
+  local out=$1
+  shift
+  tar -C "$STAGE_ROOT" --anchored --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$MTIME" -cf - "$@" |
+    xz --x86 --lzma2=preset="$XZ" -T0 -c >"$out.tmp"   # x86 BCJ: most of the bytes are x86 code (-2.3 MB)
+  mv "$out.tmp" "$out"
+}
+if ((APART)); then
+  GUEST_OUT=${OUT%.tar.xz}-guest.tar.xz
+  APART_PATHS=(vugpu-bundle/qemu vugpu-bundle/guest/"$(basename "$KERNEL")" vugpu-bundle/guest/"$INITRD_NAME")
+  [[ -d $STAGE/guest/vkapp-base ]] && APART_PATHS+=(vugpu-bundle/guest/vkapp-base vugpu-bundle/bin/vugpu-vkapp)
+  archive "$GUEST_OUT" "${APART_PATHS[@]}"
+  EXCL=()
+  for p in "${APART_PATHS[@]}"; do EXCL+=(--exclude="$p"); done
+  archive "$OUT" "${EXCL[@]}" vugpu-bundle
+  say "wrote $GUEST_OUT: $(awk -v b="$(stat -c %s "$GUEST_OUT")" 'BEGIN { printf "%.1f", b / 1048576 }') MiB (QEMU and the guest: unpack it over $OUT)"
+else
+  archive "$OUT" vugpu-bundle
+fi
 BYTES=$(stat -c %s "$OUT")
 MIB=$(awk -v b="$BYTES" 'BEGIN { printf "%.1f", b / 1048576 }')
 ((KEEP)) || rm -rf "$STAGE_ROOT"

@@ -213,6 +213,18 @@ describe('the bundle launchers', () => {
     }
   });
 
+  it("names the guest's application disk when the bundle has one (bin/vugpu-vkapp makes it there)", () => {
+    const cache = { qemu: { version: 'QEMU emulator version 11.1.3' }, kernelRelease: '6.12.0-test', guestFiles: [] };
+    const plain = JSON.parse(qemuManifestTemplate(cache, 'vmlinux', 'initramfs.cpio'));
+    expect(plain.vkapp).toBeUndefined();
+    const withApp = JSON.parse(qemuManifestTemplate(cache, 'vmlinux', 'initramfs.cpio', 'vkapp.tar'));
+    expect(withApp.vkapp).toBe('@BUNDLE@/guest/vkapp.tar');
+    // A bundle without the guest's application layer says so, in one sentence, exit 2.
+    const r = run(path.join(ROOT, 'scripts/bundle/vugpu-vkapp'), []);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/no guest application layer.*--with-qemu --with-llama/);
+  });
+
   it('vugpu-twin lists the programs and refuses a missing socket or a path as program', () => {
     fs.copyFileSync('/bin/true', path.join(B, 'twin/vugpu-bench-host'));
     fs.chmodSync(path.join(B, 'twin/vugpu-bench-host'), 0o755);

@@ -2,7 +2,9 @@
 # Guest entry point of the application layer (vugpu.run=/opt/vugpu/vkapp.sh, vugpu.args=<cmd>,…):
 # loads the GPU driver (pv=N with --pv N), mounts the application image (the read-only disk that
 # scripts/setup.sh's vkapp step builds: a Debian trixie userland with the Khronos loader,
-# vulkaninfo, the validation layers, Node and node-llama-cpp, and the models) and runs one
+# vulkaninfo, the validation layers, Node and node-llama-cpp, and the models; or the offline
+# bundle's tar of Node, llama.cpp and the libraries they need, which has only llama and worker)
+# and runs one
 # command in it, chrooted, with the initramfs's /opt/vugpu (the Vulkan driver, this runner)
 # bound in. Commands:
 #   vulkaninfo [args]        vulkaninfo with the vugpu ICD
@@ -31,7 +33,14 @@ i=0
 while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 A=/app
 mkdir -p $A
-mount -t squashfs -o ro /dev/vda $A || { echo "VUGPU-ERROR {\"error\":\"cannot mount the application image\"}"; exit 1; }
+# The image is a squashfs (scripts/setup.sh) or, from the offline bundle on a GPU host, a tar
+# (the bundle's bin/vugpu-vkapp: ustar magic at byte 257), unpacked into RAM.
+if [ "$(dd if=/dev/vda bs=1 skip=257 count=5 2>/dev/null)" = ustar ]; then
+  { mount -t tmpfs -o mode=755 tmpfs $A && tar -x -f /dev/vda -C $A && mkdir -p $A/dev $A/proc $A/sys $A/tmp $A/root $A/opt/vugpu; } ||
+    { echo "VUGPU-ERROR {\"error\":\"cannot unpack the application image\"}"; exit 1; }
+else
+  mount -t squashfs -o ro /dev/vda $A || { echo "VUGPU-ERROR {\"error\":\"cannot mount the application image\"}"; exit 1; }
+fi
 mount --bind /dev $A/dev
 mount -t proc proc $A/proc
 mount -t sysfs sysfs $A/sys

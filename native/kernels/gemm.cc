@@ -1,18 +1,17 @@
 // GEMM for K_FMMUL, the LUD trailing update and the engine benchmark (f32), and for K_MMUL (u32).
-// With OpenBLAS (VUGPU_HAVE_OPENBLAS, set by binding.gyp when libopenblas-dev is installed) this
-// is cblas_sgemm pinned to one thread: the job pool, not BLAS, provides parallelism. Without it,
+// Where OpenBLAS is installed (libopenblas.so.0, opened at the first f32 GEMM) this is
+// cblas_sgemm pinned to one thread: the job pool, not BLAS, provides parallelism. It is opened,
+// not linked, so that the addon loads without it (a bundle may leave its 36 MB out). Without it,
 // a packed, register-blocked loop (6×16 micro-tile held in 12 AVX registers, K blocked to stay in
 // L1/L2) that comes within ~10% of OpenBLAS on one core. The same loop, on u32 lanes, is MMUL.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
 
 #include "kernel_common.h"
-
-#ifdef VUGPU_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 namespace vugpu {
 namespace kern {
@@ -180,24 +179,37 @@ int gemm_packed(int m, int n, int k, T alpha, const T* a, int lda, const T* b, i
   return 0;
 }
 
-#ifdef VUGPU_HAVE_OPENBLAS
-void blas_single_thread() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+// The two OpenBLAS entry points used, as the CBLAS ABI defines them (row-major 101, no-trans 111).
+using SgemmFn = void (*)(int order, int transA, int transB, int m, int n, int k, float alpha, const float* a,
+                         int lda, const float* b, int ldb, float beta, float* c, int ldc);
+constexpr int kCblasRowMajor = 101;
+constexpr int kCblasNoTrans = 111;
+
+/** cblas_sgemm of libopenblas.so.0, set to one thread; null where OpenBLAS is not installed. */
+SgemmFn Blas() {
+  static SgemmFn fn = [] () -> SgemmFn {
+    void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return nullptr;
+    auto sgemm = reinterpret_cast<SgemmFn>(dlsym(h, "cblas_sgemm"));
+    auto threads = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));
+    if (sgemm == nullptr || threads == nullptr) return nullptr;
+    threads(1);
+    return sgemm;
+  }();
+  return fn;
 }
-#endif
 
 }  // namespace
 
 int gemm_f32(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
              float beta, float* c, int ldc, const std::atomic<bool>* cancel) {
   if (m <= 0 || n <= 0) return 0;
-#ifdef VUGPU_HAVE_OPENBLAS
+  const SgemmFn sgemm = Blas();
+  if (sgemm == nullptr) return gemm_packed(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, cancel);
   if (k <= 0) {
     scale_c(m, n, beta, c, ldc);
     return 0;
   }
-  blas_single_thread();
   // cblas_sgemm cannot be interrupted, so a long product is cut into pieces of ~2^28 FLOP
   // (~3 ms) with a cancel poll between them. Cutting along k is free (OpenBLAS blocks k by ~256
   // and repacks per block anyway; later pieces accumulate with beta = 1); cutting rows makes it
@@ -215,15 +227,12 @@ int gemm_f32(int m, int n, int k, float alpha, const float* a, int lda, const fl
     for (int i = 0; i < m; i += rows) {
       if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return -ECANCELED;
       const int mr = std::min(rows, m - i);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mr, n, kc, alpha,
-                  a + static_cast<size_t>(i) * lda + p, lda, b + static_cast<size_t>(p) * ldb, ldb,
-                  p == 0 ? beta : 1.0f, c + static_cast<size_t>(i) * ldc, ldc);
+      sgemm(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, mr, n, kc, alpha,
+            a + static_cast<size_t>(i) * lda + p, lda, b + static_cast<size_t>(p) * ldb, ldb,
+            p == 0 ? beta : 1.0f, c + static_cast<size_t>(i) * ldc, ldc);
     }
   }
   return 0;
-#else
-  return gemm_packed(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, cancel);
-#endif
 }
 
 // Exposed for the standalone benchmark harness, so both paths can be timed in one build.
@@ -244,11 +253,7 @@ void sgemm_rowmajor(int m, int n, int k, const float* a, const float* b, float* 
 }
 
 bool have_openblas() {
-#ifdef VUGPU_HAVE_OPENBLAS
-  return true;
-#else
-  return false;
-#endif
+  return kern::Blas() != nullptr;
 }
 
 }  // namespace vugpu

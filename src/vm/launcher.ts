@@ -236,7 +236,9 @@ function qemuArgs(m: Manifest, accel: Accel, memoryMiB: number, opts: BootOption
     args.push('-device', JSON.stringify({ driver: 'vfio-user-pci', socket: { path, type: 'unix' } }));
   }
   if (opts.appImage) {
-    if (!m.vkapp || !fs.existsSync(m.vkapp)) throw new Error('the application image is not built: run `npm run setup` (scripts/setup.sh)');
+    if (!m.vkapp || !fs.existsSync(m.vkapp)) {
+      throw new Error(`the application image${m.vkapp ? ` ${m.vkapp}` : ''} is not built: run \`npm run setup\` (scripts/setup.sh), or bin/vugpu-vkapp in the offline bundle`);
+    }
     args.push('-drive', `file=${m.vkapp},if=virtio,format=raw,readonly=on`);
   }
   args.push(...(opts.qemuArgs ?? []));
