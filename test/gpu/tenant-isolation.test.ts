@@ -11,7 +11,7 @@ import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../src/native.ts';
 import { Engine, type EngineOptions } from '../../src/gpu/engine.ts';
-import { GpuError, HostDriver } from '../support/host-driver/driver.ts';
+import { GpuError, HostDriver, type HostChannel, type ProgramModule, type VramBuffer } from '../support/host-driver/driver.ts';
 import { VulkanBackend } from '../../src/gpu/vulkan.ts';
 import { CHAN_ERR } from '../../src/gpu/spec.ts';
 import { K } from '../../src/gpu/kernels.ts';
@@ -43,6 +43,20 @@ const ENDLESS = `#version 450
 // loaded 2-core host meets while the attacker's program spins on every core it is given.
 const WATCHDOG_MS = 3000;
 const NEIGHBOUR_BOUND_MS = 1000;
+
+/** VM a's endless program (the attacker's shape, 256 workgroups) on `counter`: its outcome (null
+ * or the error) and the ms from the launch to its end (-1 until it ends). */
+function launchEndless(a: HostChannel, endless: ProgramModule, counter: VramBuffer): { result: Promise<unknown>; ended: () => number } {
+  const t0 = performance.now();
+  let ended = -1;
+  const result = a.launchProgram(endless, { grid: [256, 1, 1], buffers: [{ va: counter.va, length: 4096 }] }).then(
+    () => null,
+    (e: unknown) => e,
+  ).finally(() => {
+    ended = performance.now() - t0;
+  });
+  return { result, ended: () => ended };
+}
 
 /** An engine whose built-ins and programs run on the Vulkan device (`--engine vulkan`). */
 function vulkanEngine(extra: Partial<EngineOptions> = {}): Engine {
@@ -82,13 +96,8 @@ describe.skipIf(!haveBackend || !haveGlslang)('an endless program of one VM besi
     await memset(1);
 
     const t0 = performance.now();
-    let aDone = -1;
-    const aResult = a.launchProgram(endless, { grid: [256, 1, 1], buffers: [{ va: counter.va, length: 4096 }] }).then(
-      () => null,
-      (e: unknown) => e,
-    ).finally(() => {
-      aDone = performance.now() - t0;
-    });
+    const attack = launchEndless(a, endless, counter);
+    const aResult = attack.result;
     // Let a's program start spinning (its compile is quick: JIT of a small module).
     await new Promise((r) => setTimeout(r, 200));
     const counterBefore = new Uint32Array(counter.u8.buffer, counter.u8.byteOffset, 1)[0]!;
@@ -97,7 +106,7 @@ describe.skipIf(!haveBackend || !haveGlslang)('an endless program of one VM besi
     const failures: string[] = [];
     let v = 2;
     // Until a's launch ends and a little after (the neighbour also runs once the attacker is gone).
-    while (aDone < 0 || performance.now() - t0 < aDone + 200) {
+    while (attack.ended() < 0 || performance.now() - t0 < attack.ended() + 200) {
       const s = performance.now();
       try {
         if (v % 2) await b.launch(K.NOP, []);
@@ -112,13 +121,13 @@ describe.skipIf(!haveBackend || !haveGlslang)('an endless program of one VM besi
     }
     const err = await aResult;
     const longest = Math.max(...times);
-    const report = { launches: times.length, longestMs: Math.round(longest), attackerEndedMs: Math.round(aDone), failures: failures.slice(0, 3) };
+    const report = { launches: times.length, longestMs: Math.round(longest), attackerEndedMs: Math.round(attack.ended()), failures: failures.slice(0, 3) };
     // The attacker's program really ran (its atomicAdd counted) and was stopped by the watchdog.
     expect(counterBefore, JSON.stringify(report)).toBeGreaterThan(0);
     expect(err).toBeInstanceOf(GpuError);
     expect((err as GpuError).code, JSON.stringify(report)).toBe(CHAN_ERR.WATCHDOG);
     // The cancel word ends it promptly once the watchdog fires (not at the loop limiter's cut).
-    expect(aDone, JSON.stringify(report)).toBeLessThan(WATCHDOG_MS + NEIGHBOUR_BOUND_MS);
+    expect(attack.ended(), JSON.stringify(report)).toBeLessThan(WATCHDOG_MS + NEIGHBOUR_BOUND_MS);
     expect(failures, JSON.stringify(report)).toEqual([]);
     expect(engine.channel(b.chid)?.error ?? 0).toBe(0);
     expect(longest, JSON.stringify(report)).toBeLessThan(NEIGHBOUR_BOUND_MS);
@@ -207,16 +216,11 @@ async function cutWhileNeighbourWaits(engine: Engine, drv: HostDriver, ownerA: n
   await b.launch(K.NOP, []);
   const cutsBefore = engine.cp.ctxsw!.cuts;
   const t0 = performance.now();
-  let aDone = -1;
-  const aResult = a.launchProgram(endless, { grid: [256, 1, 1], buffers: [{ va: counter.va, length: 4096 }] }).then(
-    () => null,
-    (e: unknown) => e,
-  ).finally(() => {
-    aDone = performance.now() - t0;
-  });
+  const attack = launchEndless(a, endless, counter);
+  const aResult = attack.result;
   const times: number[] = [];
   const failures: string[] = [];
-  while (aDone < 0 || performance.now() - t0 < aDone + 100) {
+  while (attack.ended() < 0 || performance.now() - t0 < attack.ended() + 100) {
     const s = performance.now();
     try {
       await b.launch(K.NOP, []);
@@ -228,12 +232,12 @@ async function cutWhileNeighbourWaits(engine: Engine, drv: HostDriver, ownerA: n
     if (performance.now() - t0 > 2 * WATCHDOG_MS) break;
   }
   const err = await aResult;
-  const report = { ownerA, ownerB, launches: times.length, longestMs: Math.round(Math.max(...times)), attackerEndedMs: Math.round(aDone), failures: failures.slice(0, 3) };
+  const report = { ownerA, ownerB, launches: times.length, longestMs: Math.round(Math.max(...times)), attackerEndedMs: Math.round(attack.ended()), failures: failures.slice(0, 3) };
   console.log('context switch:', JSON.stringify(report));
   expect((err as GpuError).code, JSON.stringify(report)).toBe(CHAN_ERR.CTXSW_TIMEOUT);
   expect(engine.cp.ctxsw!.cuts - cutsBefore).toBe(1);
   // Cut well before the watchdog: its timeslice after it started, plus its compile and the cut.
-  expect(aDone, JSON.stringify(report)).toBeLessThan(WATCHDOG_MS / 2);
+  expect(attack.ended(), JSON.stringify(report)).toBeLessThan(WATCHDOG_MS / 2);
   expect(failures, JSON.stringify(report)).toEqual([]);
   expect(Math.max(...times), JSON.stringify(report)).toBeLessThan(NEIGHBOUR_BOUND_MS);
   // The rebound channel runs again.
