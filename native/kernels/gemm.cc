@@ -1,7 +1,7 @@
 // GEMM for K_FMMUL, the LUD trailing update and the engine benchmark (f32), and for K_MMUL (u32).
 // Where OpenBLAS is installed (libopenblas.so.0, opened at the first f32 GEMM) this is
 // cblas_sgemm pinned to one thread: the job pool, not BLAS, provides parallelism. It is opened,
-// not linked, so that the addon loads without it (a bundle may leave its 36 MB out). Without it,
+// not linked, so that the addon loads without it (a bundle may leave it out). Without it,
 // a packed, register-blocked loop (6×16 micro-tile held in 12 AVX registers, K blocked to stay in
 // L1/L2) that comes within ~10% of OpenBLAS on one core. The same loop, on u32 lanes, is MMUL.
 #include <dlfcn.h>
