@@ -68,6 +68,7 @@ while (($#)); do
 done
 [[ $XZ =~ ^[0-9]e?$ ]] || die "--xz takes a preset 0-9 or 0e-9e, not $XZ"
 ((APART == 0 || WITH_QEMU)) || die "--guest-apart needs --with-qemu"
+((APART == 0 || VERIFY == 0)) || die "--verify checks one archive: leave out --guest-apart"
 [[ $(uname -m) == x86_64 ]] || die "build the bundle on x86-64 (this is $(uname -m)): it carries x86-64 binaries built here"
 for t in strip readelf ldd tar xz make gcc dpkg-deb; do command -v $t >/dev/null || die "needs $t"; done
 T0=$(date +%s)
