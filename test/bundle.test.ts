@@ -242,6 +242,9 @@ describe('the bundle launchers', () => {
     const r = spawnSync('bash', [path.join(ROOT, 'scripts/bundle.sh'), '--xz', '12'], { encoding: 'utf8' });
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/--xz takes a preset/);
+    const apart = spawnSync('bash', [path.join(ROOT, 'scripts/bundle.sh'), '--guest-apart'], { encoding: 'utf8' });
+    expect(apart.status).toBe(1);
+    expect(apart.stderr).toMatch(/--guest-apart needs --with-qemu/);
     expect(spawnSync('bash', [path.join(ROOT, 'scripts/bundle.sh'), '--help'], { encoding: 'utf8' }).stdout).toMatch(/--with-qemu/);
   });
 });
