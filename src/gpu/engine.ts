@@ -66,9 +66,9 @@ export interface EngineOptions {
  * wait stays within the 50 ms issue 34 asks for, with room for the cut and its own launch. */
 export const DEFAULT_TIMESLICE_MS = 20;
 
-/** The same between VMs that share a CPU device's way: there a legitimate dispatch runs for tens
- * to hundreds of ms on a loaded host (lavapipe shares the cores with every other way), and a GPU's
- * timeslice cut llama.cpp's own launches beside a hostile VM. */
+/** The same between VMs that share a CPU device's way: there a legitimate dispatch runs far longer
+ * on a loaded host (lavapipe shares the cores with every other way), and a GPU's timeslice cut
+ * llama.cpp's own launches beside a hostile VM (docs/results.md, the soak beside a hostile one). */
 export const SHARED_WAY_TIMESLICE_MS = 1000;
 
 /** Offsets that are logged as unimplemented at most this many times (bounded memory). */
