@@ -67,7 +67,14 @@ ARGS=("$@")
 ((${#ARGS[@]})) || ARGS=(--shapes 135m,1b --watchdog-ms 60000)
 # --sides …,guest: a TCG guest through vugpu (the bundle's QEMU), whose application disk is made
 # here from the bundle's own Node and llama.cpp (bin/vugpu-vkapp).
-if [[ " ${ARGS[*]} " == *guest* ]]; then
+SIDES=
+for ((i = 0; i < ${#ARGS[@]}; i++)); do
+  case ${ARGS[i]} in
+    --sides) SIDES=${ARGS[i + 1]:-} ;;
+    --sides=*) SIDES=${ARGS[i]#--sides=} ;;
+  esac
+done
+if [[ ,$SIDES, == *,guest,* ]]; then
   [[ -x $B/bin/vugpu-vkapp ]] || { say "--sides guest needs a bundle made with --with-qemu --with-llama"; exit 1; }
   "$B/bin/vugpu-vkapp" || exit 1
   say "guest application disk made"
