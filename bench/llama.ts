@@ -481,7 +481,7 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
     const w: Partial<Record<Side, LlamaWorker>> = {};
     const onServer = SIDES.filter((k) => k !== 'native' && sides.includes(k));
     if (onServer.length) {
-      const s = await serve(tmp, onServer.length, sliceFor(shape), profileServe ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${profDir(tmp)}` } : undefined);
+      const s = await serve(tmp, onServer.length, sliceFor(shape), profileServe ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-interval=100 --cpu-prof-dir=${profDir(tmp)}` } : undefined);
       srv = s.server;
       onServer.forEach((k, i) => (vms[k] = { socket: s.sockets[i]!, name: vmName(i) }));
     }
@@ -521,15 +521,24 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
     }
     if (Object.keys(w).length === 0) throw new Error(Object.entries(sideErrors).map(([k, e]) => `${k}: ${e}`).join('\n'));
     const per: Record<Side, SideRound[]> = { native: [], vugpu: [], guest: [] };
+    const jsCost = { ns: 0, dispatches: 0 };
     let same = true;
     for (let r = 0; r < rounds; r++) {
       const order = Object.keys(w) as Side[];
       if (r % 2) order.reverse();
       for (const k of order) {
         try {
+          // the twin's rounds: what the server's JS thread spent per dispatch (the limit where
+          // the device is fast: docs/results.md, "Batched launches on the H200")
+          const js0 = k === 'vugpu' && srv ? await jsThread(srv) : null;
           const t = performance.now();
           const g = await w[k]!.run(prompt, genTokens);
           const requestMs = performance.now() - t;
+          if (js0 && srv && Number.isFinite(js0.ns)) {
+            const js1 = await jsThread(srv);
+            jsCost.ns += js1.ns - js0.ns;
+            jsCost.dispatches += js1.dispatches - js0.dispatches;
+          }
           if (g.tokens.join() !== ref[k]!.join()) same = false;
           per[k].push({ promptMs: g.promptMs, genMs: g.genMs, promptTps: tps(promptTokens, g.promptMs), genTps: tps(genTokens - 1, g.genMs), requestMs });
         } catch (e) {
@@ -539,6 +548,12 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
     }
     log(`${shape}: ${rounds} rounds done`);
     for (const k of SIDES) if (per[k].length) res[k] = summarize(per[k]);
+    if (jsCost.dispatches > 0 && res.vugpu) {
+      (res.vugpu as Record<string, unknown>).jsThread = {
+        what: "the server's JS thread's CPU time (schedstat) over the twin's timed rounds, per engine dispatch in them",
+        usPerDispatch: +(jsCost.ns / 1000 / jsCost.dispatches).toFixed(2), dispatches: jsCost.dispatches,
+      };
+    }
     res.tokensRepeatable = same;
     // every side that ran every round against the first such side (native where it did)
     const full = SIDES.filter((k) => ref[k] && per[k].length === rounds);
@@ -585,17 +600,32 @@ async function oneTenant(shape: string, model: string, modules: string, icd: str
     throw await serverDied(e as Error, srv);
   } finally {
     await Promise.all(workers.map((x) => x.close()));
+    // the server's dispatches over its whole life: what the profile's totals are divided by
+    const dispatches = profileServe && srv ? await enginePath().then((p) => p.engineDispatches, () => NaN) : NaN;
     await srv?.stop();
-    if (profileServe && srv) res.profile = serveProfile(tmp, res, countsInto[shape]);
+    if (profileServe && srv) res.profile = serveProfile(tmp, res, countsInto[shape], dispatches);
   }
 }
 
 const profDir = (tmp: string) => path.join(tmp, 'serve-profile');
+
+/** The server's main (JS) thread's CPU ns so far (/proc schedstat: run time) and the engine's
+ *  dispatches so far. */
+async function jsThread(srv: ServerProcess): Promise<{ ns: number; dispatches: number }> {
+  const dispatches = (await enginePath()).engineDispatches;
+  let ns = NaN;
+  try {
+    ns = Number(fs.readFileSync(`/proc/${srv.pid}/task/${srv.pid}/schedstat`, 'utf8').split(' ')[0]);
+  } catch {
+    // not Linux, or the server is gone: no figure
+  }
+  return { ns, dispatches };
+}
 const PROFILED = ['decode', 'runMethods', 'launchProgram', 'mapBuffers', 'translate', 'readVa', 'recentProgram', 'queueDispatch', 'submitBatch',
   'packBatch', 'jobDone', 'onComplete', 'mmioWrite'];
 
 /** --profile-serve: the one-tenant server's V8 profile, its steady seconds per dispatch. */
-function serveProfile(tmp: string, res: Record<string, unknown>, counted: unknown): Record<string, unknown> {
+function serveProfile(tmp: string, res: Record<string, unknown>, counted: unknown, dispatches: number): Record<string, unknown> {
   const dir = profDir(tmp);
   const file = fs.existsSync(dir) ? fs.readdirSync(dir).find((f) => f.endsWith('.cpuprofile')) : undefined;
   if (!file) return { error: `no profile in ${dir} (the server did not exit cleanly?)` };
@@ -607,9 +637,13 @@ function serveProfile(tmp: string, res: Record<string, unknown>, counted: unknow
   const usPerDispatch = Number.isFinite(perS)
     ? Object.fromEntries(Object.entries(sum.steadyState.msPerSecond).filter(([k]) => k !== 'idle').map(([k, ms]) => [k, +((ms * 1000) / perS).toFixed(2)]))
     : null;
+  const usPerDispatchWhole = dispatches > 0
+    ? Object.fromEntries(Object.entries(sum.wholeMs).map(([k, ms]) => [k, +((ms * 1000) / dispatches).toFixed(2)]))
+    : null;
   return {
-    what: 'V8 CPU profile (--cpu-prof) of `vugpu serve` over the one-tenant phase: self time per function; in the steady seconds (decode inclusive >= 400 ms), inclusive ms per second of the named functions (overlapping: decode includes launchProgram, which includes mapBuffers, which includes translate) and per dispatch',
+    what: 'V8 CPU profile (--cpu-prof) of `vugpu serve` over the one-tenant phase: self time per function; in the steady seconds (decode inclusive >= 400 ms), inclusive ms per second of the named functions (overlapping: decode includes launchProgram, which includes mapBuffers, which includes translate) and per dispatch; wholeMs and usPerDispatchWhole: the same functions over the whole profile, per dispatch of the server\'s life (the counts worker\'s included)',
     ...sum, dispatchesPerSecond: Number.isFinite(perS) ? Math.round(perS) : null, usPerDispatch,
+    dispatches: Number.isFinite(dispatches) ? dispatches : null, usPerDispatchWhole,
   };
 }
 

@@ -17,6 +17,10 @@ export interface ProfileSummary {
   busyMs: number;
   top: { function: string; selfMs: number }[];
   steadyState: { seconds: number; rule: string; msPerSecond: Record<string, number> };
+  /** Each named function's inclusive ms over the whole profile: on a host whose device, not the
+   * JS thread, bounds a token (lavapipe) no second is steady, but the launch path's cost per
+   * dispatch is still these totals over the server's dispatches. */
+  wholeMs: Record<string, number>;
 }
 
 const r1 = (x: number) => +x.toFixed(1);
@@ -54,6 +58,7 @@ export function summarizeProfile(file: string, functions: readonly string[], ste
   const seconds = new Map<number, Map<string, number>>();
   let t = 0;
   let idle = 0;
+  const whole = new Map<string, number>();
   for (let i = 0; i < p.samples.length; i++) {
     // a sample lasts until the next one
     const dt = (p.timeDeltas[i + 1] ?? 0) / 1000;
@@ -70,7 +75,10 @@ export function summarizeProfile(file: string, functions: readonly string[], ste
       continue;
     }
     m.set('busy', (m.get('busy') ?? 0) + dt);
-    for (const f of onStack(n.id)) m.set(f, (m.get(f) ?? 0) + dt);
+    for (const f of onStack(n.id)) {
+      m.set(f, (m.get(f) ?? 0) + dt);
+      whole.set(f, (whole.get(f) ?? 0) + dt);
+    }
   }
   const profileMs = (p.endTime - p.startTime) / 1000;
   const steady = [...seconds.values()].filter((m) => (m.get(steadyFn) ?? 0) >= steadyMinMs);
@@ -84,5 +92,6 @@ export function summarizeProfile(file: string, functions: readonly string[], ste
     busyMs: r1(profileMs - idle),
     top: [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30).map(([f, ms]) => ({ function: f, selfMs: r1(ms) })),
     steadyState: { seconds: steady.length, rule: `${steadyFn} inclusive >= ${steadyMinMs} ms of the second`, msPerSecond },
+    wholeMs: Object.fromEntries([...functions].map((f) => [f, r1(whole.get(f) ?? 0)])),
   };
 }
