@@ -614,10 +614,17 @@ const profDir = (tmp: string) => path.join(tmp, 'serve-profile');
 async function jsThread(srv: ServerProcess): Promise<{ ns: number; dispatches: number }> {
   const dispatches = (await enginePath()).engineDispatches;
   let ns = NaN;
+  const task = `/proc/${srv.pid}/task/${srv.pid}`;
   try {
-    ns = Number(fs.readFileSync(`/proc/${srv.pid}/task/${srv.pid}/schedstat`, 'utf8').split(' ')[0]);
+    ns = Number(fs.readFileSync(`${task}/schedstat`, 'utf8').split(' ')[0]);
   } catch {
-    // not Linux, or the server is gone: no figure
+    // a kernel without schedstat (the GPU host's): utime + stime, in clock ticks (USER_HZ 100)
+    try {
+      const f = fs.readFileSync(`${task}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      ns = (Number(f[11]) + Number(f[12])) * 1e7;
+    } catch {
+      // not Linux, or the server is gone: no figure
+    }
   }
   return { ns, dispatches };
 }
