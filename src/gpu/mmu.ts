@@ -57,9 +57,9 @@ interface TlbEntry {
   pdeAt: number;
   pdeLo: number;
   pdeHi: number;
-  /** The PTEs the walk read: their VRAM offset and a copy. */
+  /** The PTEs the walk read: their word index in VRAM and a copy. */
   pteAt: number;
-  ptes: Uint8Array;
+  ptes: Uint32Array;
   vram: Uint8Array;
   /** null when every extent is in VRAM. */
   bus: BusResolver | null;
@@ -271,7 +271,10 @@ export class Mmu {
     if (e.bus !== null && (e.bus !== this.core.bus || e.bus.generation!() !== e.busGen)) return null;
     const w = this.vramWords();
     if (w[e.pdeAt] !== e.pdeLo || w[e.pdeAt + 1] !== e.pdeHi) return null;
-    if (Buffer.compare(u8.subarray(e.pteAt, e.pteAt + e.ptes.length), e.ptes) !== 0) return null;
+    // Word by word: most bindings are a few pages, where a loop beats a native compare's call.
+    const ptes = e.ptes;
+    const at = e.pteAt;
+    for (let i = 0; i < ptes.length; i++) if (w[at + i] !== ptes[i]) return null;
     tlb.hits++;
     return e.extents;
   }
@@ -297,7 +300,8 @@ export class Mmu {
     const last = Math.floor((va + length - 1 - pdeBase) / pageSize);
     const pteAt = ptAddr + first * 8;
     const n = (last - first + 1) * 8;
-    if (n > TLB_MAX_ENTRY_PTE_BYTES || !vram.contains(pteAt, n)) return;
+    // (above 8 GiB the VRAM word view's int32 index would not reach: mmu.ts walks those)
+    if (n > TLB_MAX_ENTRY_PTE_BYTES || !vram.contains(pteAt, n) || (pteAt & 7) !== 0 || pteAt + n > 2 ** 33) return;
     let bus: BusResolver | null = null;
     let busGen = 0;
     for (const x of out) {
@@ -312,11 +316,11 @@ export class Mmu {
       tlb.pteBytes = 0;
     }
     const old = tlb.entries.get(va);
-    if (old) tlb.pteBytes -= old.ptes.length;
+    if (old) tlb.pteBytes -= old.ptes.length * 4;
     tlb.pteBytes += n;
     tlb.entries.set(va, {
-      length, write, pdTarget, pdAddr, limit: as.limit, pdeAt: pdeAddr / 4, pdeLo, pdeHi, pteAt,
-      ptes: vram.u8.slice(pteAt, pteAt + n), vram: vram.u8, bus, busGen, extents: out,
+      length, write, pdTarget, pdAddr, limit: as.limit, pdeAt: pdeAddr / 4, pdeLo, pdeHi, pteAt: pteAt / 4,
+      ptes: w.slice(pteAt / 4, (pteAt + n) / 4), vram: vram.u8, bus, busGen, extents: out,
     });
   }
 
