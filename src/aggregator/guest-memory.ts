@@ -4,7 +4,6 @@
 // is bus address (k+1)·2^44 + g, and it resolves through VM k's DMA map only.
 import type { BusResolver, Extent } from '../gpu/bus.ts';
 import type { DmaFault, DmaMappingInfo, TranslateResult, ViewResult } from '../device-model/dma.ts';
-import { dmaGeneration } from '../device-model/dma.ts';
 
 /** What the aggregator needs of a VM's DMA map table (src/device-model/dma.ts DmaTable). */
 export interface GuestMemory {
@@ -101,22 +100,14 @@ export class GuestRanges {
  */
 export class MediatedBus implements BusResolver {
   private readonly vms: (GuestMemory | null)[] = [];
-  private attaches = 0;
 
   attach(index: number, mem: GuestMemory): void {
     if (!Number.isInteger(index) || index < 0 || index >= MAX_BUS_VMS) throw new RangeError(`bad VM bus index ${index}`);
-    this.attaches++;
     this.vms[index] = mem;
   }
 
   detach(index: number): void {
-    this.attaches++;
     if (index >= 0 && index < this.vms.length) this.vms[index] = null;
-  }
-
-  /** Changes when a VM comes or goes or any DMA map changes (a sum of two counters that only grow). */
-  generation(): number {
-    return this.attaches + dmaGeneration();
   }
 
   resolve(busAddr: number, length: number, write: boolean): Extent[] | null {

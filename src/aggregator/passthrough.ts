@@ -3,7 +3,6 @@
 // are the VM's guest-physical addresses resolved through its DMA map, and engine interrupts
 // are the VM's MSI-X vectors. No mediation, so only one VM may use the engine this way.
 import { PciDevice } from '../device-model/device.ts';
-import { dmaGeneration } from '../device-model/dma.ts';
 import type { Engine } from '../gpu/engine.ts';
 import type { BusResolver, Extent } from '../gpu/bus.ts';
 import type { RegionHandler } from '../device-model/declaration.ts';
@@ -68,7 +67,6 @@ export class PassthroughVgpu {
         const r = dma.translate(busAddr, length, write);
         return r.ok ? r.extents : null;
       },
-      generation: dmaGeneration,
     };
     engine.bus = bus;
     engine.onInterrupt = (vector) => {

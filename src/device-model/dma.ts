@@ -107,14 +107,6 @@ export interface DmaTableRecord {
 /** Told when the table starts or stops holding a file (an fd keeper mirrors the fds). */
 export type DmaFileHook = (event: 'open' | 'close', id: number, fd: number) => void;
 
-/** Changes of any table's maps in this process (map, unmap, load): what an extent a table gave
- * out depends on. A cache of translations through DMA maps (the engine's, src/gpu/mmu.ts) is
- * valid while this is unchanged. */
-let mapChanges = 0;
-export function dmaGeneration(): number {
-  return mapChanges;
-}
-
 export class DmaTable {
   private readonly maps: Mapping[] = []; // sorted by addr, non-overlapping
   private readonly files = new Map<string, FileRef>();
@@ -166,7 +158,6 @@ export class DmaTable {
    * map was an identical re-map: the duplicate fd is closed). On error the caller keeps the fd.
    */
   map(req: DmaMapRequest): number {
-    mapChanges++;
     const { addr, size, offset } = req;
     if (size === 0 || !Number.isSafeInteger(addr) || !Number.isSafeInteger(size) || !Number.isSafeInteger(offset)) {
       return Errno.EINVAL;
@@ -236,7 +227,6 @@ export class DmaTable {
 
   /** Remove the map that exactly matches [addr, addr+size). Returns 0 or ENOENT. */
   unmap(addr: number, size: number): number {
-    mapChanges++;
     const i = this.lowerBound(addr);
     const m = this.maps[i];
     if (!m || m.addr !== addr || m.size !== size) return Errno.ENOENT;
@@ -247,7 +237,6 @@ export class DmaTable {
 
   /** Drop every map (UNMAP_ALL, disconnect). */
   unmapAll(): void {
-    mapChanges++;
     const all = this.maps.splice(0, this.maps.length);
     for (const m of all) this.release(m);
   }
@@ -331,7 +320,6 @@ export class DmaTable {
    * any error the table is left empty, no fd is closed, and the error is thrown.
    */
   load(r: DmaTableRecord, fdOf: (id: number) => number): void {
-    mapChanges++;
     if (this.maps.length > 0 || this.files.size > 0) throw new Error('DMA table: load into a table that has maps');
     this.loadMaps(r, fdOf, null);
   }
@@ -346,7 +334,6 @@ export class DmaTable {
    * fdOf gives and the earlier duplicate is closed. On error the earlier maps stay as they were.
    */
   reload(r: DmaTableRecord, fdOf: (id: number) => number): void {
-    mapChanges++;
     if (this.maps.length === 0 && this.files.size === 0) {
       this.loadMaps(r, fdOf, null);
       return;

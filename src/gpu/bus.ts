@@ -9,9 +9,6 @@ export interface BusResolver {
   /** Host extents covering [busAddr, busAddr + length), or null if any byte is unmapped (or
    * not writable when write is true). Extents are in address order and sum to length. */
   resolve(busAddr: number, length: number, write: boolean): Extent[] | null;
-  /** A number that changes whenever what resolve() returns may change (maps added or removed).
-   * Without it the engine caches no translation that reaches system memory (mmu.ts Tlb). */
-  generation?(): number;
 }
 
 /** A resolver that maps nothing: every system-memory access faults. */
@@ -31,20 +28,13 @@ export interface BusRegion {
  */
 export class RegionBus implements BusResolver {
   private regions: BusRegion[] = [];
-  private changes = 0;
-
-  generation(): number {
-    return this.changes;
-  }
 
   add(r: BusRegion): void {
-    this.changes++;
     this.regions.push(r);
     this.regions.sort((a, b) => a.bus - b.bus);
   }
 
   remove(bus: number): void {
-    this.changes++;
     this.regions = this.regions.filter((r) => r.bus !== bus);
   }
 

@@ -3,7 +3,7 @@
 // compute classes. Every method is validated; anything wrong stops only that channel.
 // Work is bounded per turn so a huge pushbuffer cannot stall the event loop.
 import type { GpuCore } from './core.ts';
-import { recordFault, Tlb, type Fault, type Mmu } from './mmu.ts';
+import { recordFault, type Fault, type Mmu } from './mmu.ts';
 import type { Pfifo } from './pfifo.ts';
 import { WAIT_ACQUIRE, WAIT_JOB, WAIT_NONE, WAIT_PROGRAM, type ChannelState, type Cursor } from './channel.ts';
 import type { Extent } from './bus.ts';
@@ -460,17 +460,8 @@ export class CommandProcessor implements ClassContext {
     return false;
   }
 
-  /** Translate or fault the channel; null after a fault. A compute launch's ranges go through the
-   * channel's TLB (mmu.ts): the extents returned are then shared with it, and callers only read
-   * them. */
+  /** Translate or fault the channel; null after a fault. */
   translate(ch: ChannelState, va: number, length: number, write: boolean, unit: FaultUnit): Extent[] | null {
-    let tlb: Tlb | undefined;
-    if (unit === UNIT.COMPUTE && this.tlbOn) {
-      tlb = this.tlbs.get(ch);
-      if (tlb === undefined) this.tlbs.set(ch, (tlb = new Tlb()));
-      const hit = this.mmu.cached(tlb, ch, va, length, write);
-      if (hit !== null) return hit;
-    }
     const out: Extent[] = [];
     // A ChannelState is an AddressSpace (pdTarget, pdAddr, limit): no copy per translate.
     const f = this.mmu.translate(ch, va, length, write, out);
@@ -478,14 +469,8 @@ export class CommandProcessor implements ClassContext {
       this.fault(ch, f, unit);
       return null;
     }
-    if (tlb !== undefined) this.mmu.remember(tlb, ch, va, length, write, out);
     return out;
   }
-
-  /** Each channel's TLB (compute ranges), and whether translations are cached at all
-   * (VUGPU_NO_TLB=1: every launch walks, for A/B). */
-  private readonly tlbs = new WeakMap<ChannelState, Tlb>();
-  private readonly tlbOn = process.env.VUGPU_NO_TLB !== '1';
 
   /** Read through the channel's MMU; null after a fault. */
   readVa(ch: ChannelState, va: number, length: number, unit: FaultUnit): Uint8Array | null {

@@ -3,7 +3,7 @@
 // Translation always completes before any data moves, so a fault has no side effects.
 import type { RegisterInfo } from './regs.ts';
 import type { Fault, FaultRecord, GpuCore } from './core.ts';
-import { pushExtent, readExtents, writeExtents, type BusResolver, type Extent } from './bus.ts';
+import { pushExtent, readExtents, writeExtents, type Extent } from './bus.ts';
 import {
   ENTRY_TARGET_SHIFT, FAULT, LARGE_PAGE, LARGE_SHIFT, MMU_FAULT_ADDR_HI,
   MMU_FAULT_ADDR_LO, MMU_FAULT_CHID, MMU_FAULT_INFO, MMU_FAULT_STATUS, MMU_FAULT_STATUS_OVERFLOW,
@@ -30,47 +30,6 @@ export function isSysmem(target: number): boolean {
 }
 
 const page4k = (va: number) => va - (va % SMALL_PAGE);
-
-/**
- * One channel's recent translations (hw-spec §3.6 lets the device cache them). An application
- * launches the same bindings over and over (llama.cpp: hundreds per token), and the walk was most
- * of a launch's translation. Nothing here relies on the guest's TLB flushes: an entry is used
- * only while everything its walk read is unchanged — the address space (PD target, address,
- * limit), the PDE and every PTE of the range (compared with a copy, as the shadow MMU compares
- * its blocks), VRAM itself, and for extents in system memory the bus resolver and its
- * generation. Only ranges whose PD and page table are in VRAM, within one PDE, are cached.
- */
-export class Tlb {
-  readonly entries = new Map<number, TlbEntry>();
-  pteBytes = 0;
-  hits = 0;
-  misses = 0;
-}
-
-interface TlbEntry {
-  length: number;
-  write: boolean;
-  pdTarget: number;
-  pdAddr: number;
-  limit: number;
-  /** PDE's word index in VRAM and its two words. */
-  pdeAt: number;
-  pdeLo: number;
-  pdeHi: number;
-  /** The PTEs the walk read: their word index in VRAM and a copy. */
-  pteAt: number;
-  ptes: Uint32Array;
-  vram: Uint8Array;
-  /** null when every extent is in VRAM. */
-  bus: BusResolver | null;
-  busGen: number;
-  extents: Extent[];
-}
-
-const TLB_MAX_ENTRIES = 1024;
-/** The copies of PTEs one channel's cache may hold (a binding of 1 GiB in 4 KiB pages is 2 MiB). */
-const TLB_MAX_PTE_BYTES = 1 << 20;
-const TLB_MAX_ENTRY_PTE_BYTES = 64 << 10;
 
 export class Mmu {
   private core: GpuCore;
@@ -258,70 +217,6 @@ export class Mmu {
       cur = regionEnd + 1;
     }
     return runLen > 0 ? this.flushRun(runBus, runLen, runVa, write, out) : null;
-  }
-
-  /** The cached translation of exactly this range and access, if everything it was walked from
-   * is unchanged; else null (the caller walks). The extents are shared: callers only read them. */
-  cached(tlb: Tlb, as: AddressSpace, va: number, length: number, write: boolean): Extent[] | null {
-    const e = tlb.entries.get(va);
-    if (e === undefined || e.length !== length || e.write !== write || e.pdTarget !== as.pdTarget || e.pdAddr !== as.pdAddr ||
-        e.limit !== as.limit) return null;
-    const u8 = this.core.vram.u8;
-    if (e.vram !== u8) return null;
-    if (e.bus !== null && (e.bus !== this.core.bus || e.bus.generation!() !== e.busGen)) return null;
-    const w = this.vramWords();
-    if (w[e.pdeAt] !== e.pdeLo || w[e.pdeAt + 1] !== e.pdeHi) return null;
-    // Word by word: most bindings are a few pages, where a loop beats a native compare's call.
-    const ptes = e.ptes;
-    const at = e.pteAt;
-    for (let i = 0; i < ptes.length; i++) if (w[at + i] !== ptes[i]) return null;
-    tlb.hits++;
-    return e.extents;
-  }
-
-  /** Remember a translation translate() just made (out: its extents), where it can be checked. */
-  remember(tlb: Tlb, as: AddressSpace, va: number, length: number, write: boolean, out: Extent[]): void {
-    tlb.misses++;
-    const pdTarget = as.pdTarget;
-    const pdAddr = as.pdAddr;
-    const pdi = Math.floor(va / PDE_SPAN);
-    if (length <= 0 || pdTarget !== TARGET_VRAM || Math.floor((va + length - 1) / PDE_SPAN) !== pdi) return;
-    const vram = this.core.vram;
-    const pdeAddr = pdAddr + pdi * 8;
-    if (!vram.contains(pdeAddr, 8) || (pdeAddr & 7) !== 0) return;
-    const w = this.vramWords();
-    const pdeLo = w[pdeAddr / 4]!;
-    const pdeHi = w[pdeAddr / 4 + 1]!;
-    if (((pdeLo >>> ENTRY_TARGET_SHIFT) & 3) !== TARGET_VRAM) return;
-    const pageSize = (pdeLo & PDE_LARGE) !== 0 ? LARGE_PAGE : SMALL_PAGE;
-    const ptAddr = ((pdeLo & 0xfffff000) >>> 0) + pdeHi * TWO32;
-    const pdeBase = pdi * PDE_SPAN;
-    const first = Math.floor((va - pdeBase) / pageSize);
-    const last = Math.floor((va + length - 1 - pdeBase) / pageSize);
-    const pteAt = ptAddr + first * 8;
-    const n = (last - first + 1) * 8;
-    // (above 8 GiB the VRAM word view's int32 index would not reach: mmu.ts walks those)
-    if (n > TLB_MAX_ENTRY_PTE_BYTES || !vram.contains(pteAt, n) || (pteAt & 7) !== 0 || pteAt + n > 2 ** 33) return;
-    let bus: BusResolver | null = null;
-    let busGen = 0;
-    for (const x of out) {
-      if (x.fd === vram.fd) continue;
-      bus = this.core.bus;
-      if (bus.generation === undefined) return;
-      busGen = bus.generation();
-      break;
-    }
-    if (tlb.entries.size >= TLB_MAX_ENTRIES || tlb.pteBytes + n > TLB_MAX_PTE_BYTES) {
-      tlb.entries.clear();
-      tlb.pteBytes = 0;
-    }
-    const old = tlb.entries.get(va);
-    if (old) tlb.pteBytes -= old.ptes.length * 4;
-    tlb.pteBytes += n;
-    tlb.entries.set(va, {
-      length, write, pdTarget, pdAddr, limit: as.limit, pdeAt: pdeAddr / 4, pdeLo, pdeHi, pteAt: pteAt / 4,
-      ptes: w.slice(pteAt / 4, (pteAt + n) / 4), vram: vram.u8, bus, busGen, extents: out,
-    });
   }
 
   /** Resolve a pending sysmem run (len > 0) into out, or its fault at the first unmapped page. */
