@@ -265,7 +265,8 @@ class Worker implements LlamaWorker {
     children.add(this.child);
     const out = new LineSplitter((l) => this.onLine(l));
     const err = new LineSplitter((l) => {
-      const m = /^LLAMA-WORKER-DONE (\d+)$/.exec(l);
+      // (not anchored: another thread's partial line may precede the mark)
+      const m = /LLAMA-WORKER-DONE (\d+)$/.exec(l);
       if (m) {
         this.marks.get(Number(m[1]))?.();
         return;

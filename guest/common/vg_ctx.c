@@ -337,7 +337,7 @@ static void ring_kick(struct vg_ctx *c)
 	vg_os_wmb();
 	vg_vram_wr32(c->dev, c->userd_addr + VG_USERD_GP_PUT, c->gp_put);
 	vg_os_wmb();
-	vg_wr(c->dev, VG_DOORBELL, (u32)c->chid);
+	vg_os_doorbell32(&c->dev->os, VG_DOORBELL, (u32)c->chid);
 }
 
 #define CLEAR_WORDS 17       /* one MEMSET launch */

@@ -36,6 +36,12 @@ static inline void vg_os_wr32(struct vg_os *os, u32 off, u32 v)
 	iowrite32(v, os->bar0 + off);
 }
 
+/* The doorbell: an MMIO write is posted on PCIe anyway. */
+static inline void vg_os_doorbell32(struct vg_os *os, u32 off, u32 v)
+{
+	vg_os_wr32(os, off, v);
+}
+
 static inline u64 vg_os_mmio_count(struct vg_os *os) { return atomic64_read(&os->mmio); }
 
 static inline u32 vg_os_vram_rd32(struct vg_os *os, u64 addr)

@@ -26,6 +26,7 @@ typedef int64_t s64;
 struct vfu_client;
 uint32_t vfu_bar0_rd32(struct vfu_client *c, uint32_t off);
 void vfu_bar0_wr32(struct vfu_client *c, uint32_t off, uint32_t v);
+void vfu_bar0_post32(struct vfu_client *c, uint32_t off, uint32_t v);
 
 struct vg_os {
 	struct vfu_client *vfu;
@@ -44,6 +45,13 @@ static inline void vg_os_wr32(struct vg_os *os, u32 off, u32 v)
 {
 	os->mmio++;
 	vfu_bar0_wr32(os->vfu, off, v);
+}
+
+/* The doorbell: posted, as a guest's BAR writes are through QEMU (vfu_bar0_post32). */
+static inline void vg_os_doorbell32(struct vg_os *os, u32 off, u32 v)
+{
+	os->mmio++;
+	vfu_bar0_post32(os->vfu, off, v);
 }
 
 static inline u64 vg_os_mmio_count(struct vg_os *os) { return os->mmio; }

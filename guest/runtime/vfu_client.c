@@ -20,6 +20,7 @@ enum {
 	CMD_DEVICE_RESET = 13,
 };
 #define FLAG_REPLY 0x1u
+#define FLAG_NO_REPLY 0x10u
 #define FLAG_ERROR 0x20u
 #define HDR 16
 #define MAX_FDS 8
@@ -62,6 +63,34 @@ static int read_all(int fd, void *buf, size_t n)
 		p += r;
 		n -= (size_t)r;
 	}
+	return 0;
+}
+
+/*
+ * A posted request (NO_REPLY): one send, no reply. The server handles messages in order, so a
+ * later request sees its effects.
+ */
+static int post(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_t plen)
+{
+	uint8_t out[MAX_MSG];
+	struct hdr h = { .id = c->next_id++, .cmd = cmd, .size = HDR + plen, .flags = FLAG_NO_REPLY };
+	ssize_t r;
+
+	if (c->failed)
+		return -EIO;
+	if (plen > sizeof(out) - HDR)
+		return -EINVAL;
+	memcpy(out, &h, HDR);
+	memcpy(out + HDR, payload, plen);
+	do {
+		r = send(c->sock, out, HDR + plen, MSG_NOSIGNAL);
+	} while (r < 0 && errno == EINTR);
+	if (r != (ssize_t)(HDR + plen)) {
+		c->failed = 1;
+		return fail(c, -EIO, "send of posted command %u failed: %s", cmd, r < 0 ? strerror(errno) : "short");
+	}
+	c->messages++;
+	c->posted++;
 	return 0;
 }
 
@@ -215,6 +244,7 @@ static int connect_once(struct vfu_client *c, const char *path)
 	int ret, i;
 
 	memset(c, 0, sizeof(*c));
+	c->post_writes = !getenv("VUGPU_HOST_NO_POSTED_WRITES");
 	c->bar1_fd = -1;
 	for (i = 0; i < 4; i++)
 		c->irq_fd[i] = -1;
@@ -461,6 +491,27 @@ void vfu_bar0_wr32(struct vfu_client *c, uint32_t off, uint32_t v)
 		c->refused++;
 		fprintf(stderr, "vugpu-host: BAR0 write at 0x%x refused (%s); not repeated\n", off, c->error);
 	}
+}
+
+/*
+ * A posted BAR0 write (NO_REPLY), as QEMU's vfio-user-pci sends a guest's BAR writes unless
+ * x-no-posted-writes is set: the doorbell. VUGPU_HOST_NO_POSTED_WRITES=1 waits for the answer.
+ */
+void vfu_bar0_post32(struct vfu_client *c, uint32_t off, uint32_t v)
+{
+	uint8_t p[20];
+	uint32_t index = 0, n = 4;
+	uint64_t o = off;
+
+	if (!c->post_writes) {
+		vfu_bar0_wr32(c, off, v);
+		return;
+	}
+	memcpy(p, &o, 8);
+	memcpy(p + 8, &index, 4);
+	memcpy(p + 12, &n, 4);
+	memcpy(p + 16, &v, 4);
+	post(c, CMD_REGION_WRITE, p, sizeof(p)); /* a broken connection is latched in c->failed */
 }
 
 static int set_irqs(struct vfu_client *c, uint32_t flags, uint32_t count, const int *fds, int nfds)

@@ -25,7 +25,9 @@ struct vfu_client {
 	volatile uint8_t *bar1;  /* mmap of the BAR1 fd (NULL if not mappable) */
 	int irq_fd[4];
 	uint32_t nirq;
+	int post_writes;         /* vfu_bar0_post32 posts (NO_REPLY); VUGPU_HOST_NO_POSTED_WRITES=1: not */
 	uint64_t messages;
+	uint64_t posted;         /* of which posted */
 	uint64_t refused;        /* BAR0 accesses the server answered with an error (not final) */
 	uint64_t stale_replies;  /* header-only replies to earlier requests, dropped (restarts) */
 };
@@ -51,5 +53,6 @@ int vfu_reset(struct vfu_client *c);
  * c->failed (every later access fails, reads return all-ones); a refused access is not. */
 uint32_t vfu_bar0_rd32(struct vfu_client *c, uint32_t off);
 void vfu_bar0_wr32(struct vfu_client *c, uint32_t off, uint32_t v);
+void vfu_bar0_post32(struct vfu_client *c, uint32_t off, uint32_t v);
 
 #endif /* VFU_CLIENT_H */
