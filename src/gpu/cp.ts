@@ -10,7 +10,7 @@ import type { Extent } from './bus.ts';
 import { readExtents, writeExtents } from './bus.ts';
 import { jobPool, type JobResult } from './jobs.ts';
 import {
-  CHAN_ERR, CLASS_COMPUTE, CLASS_COPY, COMPUTE, GPFIFO_ENTRY_SIZE, GPFIFO_MAX_DWORDS, HOST,
+  CHAN_ERR, CLASS_COMPUTE, CLASS_COPY, GPFIFO_ENTRY_SIZE, GPFIFO_MAX_DWORDS, HOST,
   HOST_METHOD_LIMIT, IRQ_MMU_FAULT, SEC_OP, SEM_OP, SEM_RELEASE_16BYTE, SEM_RELEASE_INTERRUPT,
   UNIT, USERD, type FaultUnit,
 } from './spec.ts';
@@ -50,8 +50,6 @@ const TWO32 = 0x1_0000_0000;
 /** Host methods that only set state: they run beside a waiting batch. */
 const BATCH_SAFE_HOST = new Set<number>([HOST.SET_OBJECT, HOST.NOP, HOST.SEMAPHORE_A, HOST.SEMAPHORE_B, HOST.SEMAPHORE_C]);
 
-/** Runs of compute state methods in one step (computeState); VUGPU_NO_STATE_RUNS=1: a step per word (A/B). */
-const STATE_RUNS = process.env.VUGPU_NO_STATE_RUNS !== '1';
 const CLASSES = new Map<number, ClassMethod>([
   [CLASS_COPY, copyMethod],
   [CLASS_COMPUTE, computeMethod],
@@ -297,31 +295,7 @@ export class CommandProcessor implements ClassContext {
     }
     this.where = ((ch.gpGet & 0xffff) << 16) | (cur.subch << 13) | ((method >> 2) & 0xfff);
     if (method > 0x3ffc) return this.error(ch, CHAN_ERR.BAD_METHOD);
-    if (STATE_RUNS && cur.op === SEC_OP.INC && method !== COMPUTE.LAUNCH && method >= HOST_METHOD_LIMIT && ch.subch[cur.subch] === CLASS_COMPUTE) {
-      return this.computeState(ch, cur, words, method, data);
-    }
     return this.exec(ch, cur.subch, method, data);
-  }
-
-  /**
-   * A run of compute state methods (one incrementing header: buffers, grid, program, spec) in one
-   * step, up to its end or the next LAUNCH: a launch's ~30 state words one step each cost the JS
-   * thread more than the launch itself (docs/results.md, "The JS thread per dispatch"). State
-   * methods never wait for the batch (exec), so running them together changes nothing else.
-   */
-  private computeState(ch: ChannelState, cur: Cursor, words: Uint32Array, method: number, data: number): Step {
-    const top = ((ch.gpGet & 0xffff) << 16) | (cur.subch << 13);
-    for (;;) {
-      const st = computeMethod(this, ch, method, data);
-      if (st !== CONTINUE || cur.remaining === 0) return st;
-      method = cur.method;
-      if (method === COMPUTE.LAUNCH) return CONTINUE; // the launch is a step of its own
-      this.where = top | ((method >> 2) & 0xfff);
-      if (method > 0x3ffc) return this.error(ch, CHAN_ERR.BAD_METHOD);
-      data = words[cur.pos++]!;
-      cur.remaining--;
-      cur.method += 4;
-    }
   }
 
   private exec(ch: ChannelState, subch: number, method: number, data: number): Step {
