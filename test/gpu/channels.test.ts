@@ -124,6 +124,16 @@ describe('channels and the command processor', () => {
     await expectChanError(Array.from(new Pushbuffer().compute(S.SUBCH_COMPUTE, { kernel: 1000, buffers: [] }).words()), S.CHAN_ERR.BAD_LAUNCH);
     // GRID_X = 0.
     await expectChanError([header(S.SEC_OP.INC, 1, S.SUBCH_COMPUTE, S.COMPUTE.GRID_X), 0], S.CHAN_ERR.BAD_METHOD_DATA);
+    // Inside one incrementing header of compute state words: the error names the word's
+    // method — GRID_Y = 0 after a good GRID_X; buffer 1's flags with an unknown bit.
+    await expectChanError([header(S.SEC_OP.INC, 3, S.SUBCH_COMPUTE, S.COMPUTE.GRID_X), 4, 0, 1], S.CHAN_ERR.BAD_METHOD_DATA,
+      (S.SUBCH_COMPUTE << 13) | (S.COMPUTE.GRID_Y >> 2));
+    const flags1 = S.COMPUTE.BUFFER_BASE + S.COMPUTE.BUFFER_STRIDE + 12;
+    await expectChanError([header(S.SEC_OP.INC, 8, S.SUBCH_COMPUTE, S.COMPUTE.BUFFER_BASE), 0, 0x1000, 64, 0, 0, 0x2000, 64, 0x8000_0000],
+      S.CHAN_ERR.BAD_METHOD_DATA, (S.SUBCH_COMPUTE << 13) | (flags1 >> 2));
+    // A run into a method the class does not have (after SPEC_COUNT).
+    await expectChanError([header(S.SEC_OP.INC, 4, S.SUBCH_COMPUTE, S.COMPUTE.SPEC_VA_UPPER), 0, 0, 0, 0], S.CHAN_ERR.BAD_METHOD,
+      (S.SUBCH_COMPUTE << 13) | ((S.COMPUTE.SPEC_COUNT + 4) >> 2));
     // The other channel is unaffected throughout.
     await other.copy(dst.va, src.va, 1 << 16);
     expect(dst.u8.every((b) => b === 0x21)).toBe(true);
