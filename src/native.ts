@@ -10,6 +10,10 @@ export interface Extent {
   fd: number;        // memfd (VRAM) or a guest-RAM fd from DMA_MAP
   offset: number;    // byte offset into the fd (page aligned for map windows)
   length: number;    // bytes
+  /** The same bytes as the server maps them already (a DMA map's mmap), valid while the turn
+   * that resolved the extent runs: reads then need no system call (bus.ts readExtents). Native
+   * code ignores it. */
+  view?: Uint8Array;
 }
 
 /** A contiguous host view over scattered extents, made with mmap(MAP_FIXED) per extent. */

@@ -262,8 +262,13 @@ export class DmaTable {
       const n = Math.min(end, m.addr + m.size) - at;
       const off = m.offset + (at - m.addr);
       const last = extents[extents.length - 1];
-      if (last && last.fd === m.fd && last.offset + last.length === off) last.length += n;
-      else extents.push({ fd: m.fd, offset: off, length: n });
+      if (last && last.fd === m.fd && last.offset + last.length === off) {
+        last.length += n;
+        last.view = undefined; // two maps' mappings are not one view
+      } else {
+        // the map's own mapping, for readers that need no system call (the engine's bus.ts)
+        extents.push({ fd: m.fd, offset: off, length: n, view: m.ab ? new Uint8Array(m.ab, m.delta + (at - m.addr), n) : undefined });
+      }
       at += n;
       i++;
     }

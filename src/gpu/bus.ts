@@ -70,6 +70,9 @@ export function readExtents(vram: VramView, extents: Extent[], dst: Uint8Array):
   for (const e of extents) {
     if (e.fd === vram.fd) {
       dst.set(vram.u8.subarray(e.offset, e.offset + e.length), at);
+    } else if (e.view !== undefined && e.view.length === e.length) {
+      // a DMA map the server holds mapped: a launch reads its parameters without a pread
+      dst.set(e.view, at);
     } else if (native.pread(e.fd, dst.subarray(at, at + e.length), e.offset) !== e.length) {
       return false;
     }
@@ -93,9 +96,17 @@ export function writeExtents(vram: VramView, extents: Extent[], src: Uint8Array)
   return true;
 }
 
-/** Append e to list, merging with the previous extent when contiguous in the same fd. */
-export function pushExtent(list: Extent[], fd: number, offset: number, length: number): void {
+/** Append e to list, merging with the previous extent when contiguous in the same fd (a view
+ * survives a merge only where the two views continue each other in one mapping). */
+export function pushExtent(list: Extent[], fd: number, offset: number, length: number, view?: Uint8Array): void {
   const last = list[list.length - 1];
-  if (last && last.fd === fd && last.offset + last.length === offset) last.length += length;
-  else list.push({ fd, offset, length });
+  if (last && last.fd === fd && last.offset + last.length === offset) {
+    const v = last.view;
+    last.view = v !== undefined && view !== undefined && v.buffer === view.buffer && v.byteOffset + v.length === view.byteOffset
+      ? new Uint8Array(v.buffer, v.byteOffset, v.length + view.length)
+      : undefined;
+    last.length += length;
+  } else {
+    list.push({ fd, offset, length, view });
+  }
 }
