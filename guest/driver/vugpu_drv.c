@@ -138,8 +138,10 @@ static int vugpu_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms, 
 	int ret;
 
 	if (!fence_or_error(vd, c, seq)) {
+		/* a query: the fence is in memory and an error comes by interrupt, so no register
+		 * read (applications poll fences in a loop; each read is a trap in a VM) */
 		if (!timeout_ms)
-			return vg_ctx_poll_error(c) ?: -ETIMEDOUT;
+			return -ETIMEDOUT;
 		/* silent fences: ask for an interrupt before sleeping. Arming does nothing if the fence
 		 * passed since the check above (no interrupt will come then); wait_event evaluates the
 		 * condition again before it sleeps, so that wake-up is not lost. */

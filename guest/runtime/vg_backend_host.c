@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -83,6 +84,27 @@ static int host_wait_fence(struct vg_ctx *c, u64 seq, unsigned int timeout_ms)
 	struct host_dev *hd = (struct host_dev *)c->dev;
 	uint64_t deadline = now_ms() + timeout_ms;
 	int ret;
+
+	/*
+	 * A query (no time to wait): the fence is in memory, and an error comes as an interrupt,
+	 * taken here without blocking. No interrupt is armed and no register read: applications
+	 * poll fences in a loop (llama.cpp spins on vkGetFenceStatus), and a trapped read per poll
+	 * flooded the server with vfio-user messages (docs/results.md, "The JS thread per dispatch").
+	 */
+	if (!timeout_ms) {
+		if (!c->err_code && !vg_ctx_seq_done(c, seq) && !hd->vfu.failed)
+			service_irqs(hd, 0);
+		if (hd->vfu.failed)
+			return -EIO;
+		if (vg_ctx_seq_done(c, seq))
+			return 0;
+		if (c->err_code)
+			return vg_ctx_status(c, NULL);
+		/* the caller polls again at once: let the threads that make progress run (the server
+		 * and the device share this host's cores) */
+		sched_yield();
+		return -ETIMEDOUT;
+	}
 
 	while (!c->err_code && !vg_ctx_seq_done(c, seq)) {
 		uint64_t t = now_ms();

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -176,6 +177,10 @@ static int kmod_wait(struct vg_backend_ctx *b, uint64_t seq, uint32_t timeout_ms
 	int ret = xioctl(b->fd, VUGPU_IOC_WAIT, &w);
 
 	*err = w.err;
+	/* a query of a pending fence: the caller polls again at once, so let the threads that make
+	 * progress run first (as the host backend does) */
+	if (ret == -ETIMEDOUT && !timeout_ms)
+		sched_yield();
 	return ret;
 }
 
