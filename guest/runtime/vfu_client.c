@@ -67,55 +67,24 @@ static int read_all(int fd, void *buf, size_t n)
 }
 
 /*
- * A posted request (NO_REPLY): one send, no reply. The server handles messages in order, so a
- * later request sees its effects.
+ * Send one request in one sendmsg, with its fds. A posted one (NO_REPLY in h->flags) gets no
+ * reply: the server handles messages in order, so a later request sees its effects.
  */
-static int post(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_t plen)
-{
-	uint8_t out[MAX_MSG];
-	struct hdr h = { .id = c->next_id++, .cmd = cmd, .size = HDR + plen, .flags = FLAG_NO_REPLY };
-	ssize_t r;
-
-	if (c->failed)
-		return -EIO;
-	if (plen > sizeof(out) - HDR)
-		return -EINVAL;
-	memcpy(out, &h, HDR);
-	memcpy(out + HDR, payload, plen);
-	do {
-		r = send(c->sock, out, HDR + plen, MSG_NOSIGNAL);
-	} while (r < 0 && errno == EINTR);
-	if (r != (ssize_t)(HDR + plen)) {
-		c->failed = 1;
-		return fail(c, -EIO, "send of posted command %u failed: %s", cmd, r < 0 ? strerror(errno) : "short");
-	}
-	c->messages++;
-	c->posted++;
-	return 0;
-}
-
-/*
- * One request/reply exchange. The request goes out in one sendmsg with its fds; the reply header
- * is received with recvmsg (fds arrive with the first bytes), the rest read after it.
- */
-static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_t plen, const int *fds,
-		int nfds, void *reply, uint32_t cap, uint32_t *rlen, int *rfds, int *nrfds)
+static int send_request(struct vfu_client *c, const struct hdr *h, const void *payload, uint32_t plen,
+			const int *fds, int nfds)
 {
 	uint8_t out[MAX_MSG];
 	char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-	struct hdr h = { .id = c->next_id++, .cmd = cmd, .size = HDR + plen };
-	struct hdr rh;
 	struct iovec iov;
 	struct msghdr msg;
 	struct cmsghdr *cm;
-	int got = 0, ret, i, stale = 0;
 	ssize_t r;
 
 	if (c->failed)
 		return -EIO;
 	if (plen > sizeof(out) - HDR || nfds > MAX_FDS)
 		return -EINVAL;
-	memcpy(out, &h, HDR);
+	memcpy(out, h, HDR);
 	if (plen)
 		memcpy(out + HDR, payload, plen);
 	iov.iov_base = out;
@@ -138,9 +107,31 @@ static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_
 	} while (r < 0 && errno == EINTR);
 	if (r != (ssize_t)(HDR + plen)) {
 		c->failed = 1;
-		return fail(c, -EIO, "sendmsg of command %u failed: %s", cmd, r < 0 ? strerror(errno) : "short");
+		return fail(c, -EIO, "sendmsg of command %u failed: %s", h->cmd, r < 0 ? strerror(errno) : "short");
 	}
 	c->messages++;
+	return 0;
+}
+
+/*
+ * One request/reply exchange: the request (send_request), then the reply header received with
+ * recvmsg (fds arrive with the first bytes), the rest read after it.
+ */
+static int xact(struct vfu_client *c, uint16_t cmd, const void *payload, uint32_t plen, const int *fds,
+		int nfds, void *reply, uint32_t cap, uint32_t *rlen, int *rfds, int *nrfds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+	struct hdr h = { .id = c->next_id++, .cmd = cmd, .size = HDR + plen };
+	struct hdr rh;
+	struct iovec iov;
+	struct msghdr msg;
+	struct cmsghdr *cm;
+	int got = 0, ret, i, stale = 0;
+	ssize_t r;
+
+	ret = send_request(c, &h, payload, plen, fds, nfds);
+	if (ret)
+		return ret;
 
 again:
 	iov.iov_base = &rh;
@@ -446,7 +437,8 @@ int vfu_region_read(struct vfu_client *c, uint32_t index, uint64_t off, void *bu
 	return 0;
 }
 
-int vfu_region_write(struct vfu_client *c, uint32_t index, uint64_t off, const void *buf, uint32_t n)
+/* A REGION_WRITE, answered or posted (NO_REPLY: no answer, so no error either). */
+static int region_write(struct vfu_client *c, uint32_t index, uint64_t off, const void *buf, uint32_t n, int posted)
 {
 	uint8_t p[16 + 256], r[16];
 
@@ -456,7 +448,17 @@ int vfu_region_write(struct vfu_client *c, uint32_t index, uint64_t off, const v
 	memcpy(p + 8, &index, 4);
 	memcpy(p + 12, &n, 4);
 	memcpy(p + 16, buf, n);
+	if (posted) {
+		struct hdr h = { .id = c->next_id++, .cmd = CMD_REGION_WRITE, .size = HDR + 16 + n, .flags = FLAG_NO_REPLY };
+
+		return send_request(c, &h, p, 16 + n, NULL, 0);
+	}
 	return xact(c, CMD_REGION_WRITE, p, 16 + n, NULL, 0, r, sizeof(r), NULL, NULL, NULL);
+}
+
+int vfu_region_write(struct vfu_client *c, uint32_t index, uint64_t off, const void *buf, uint32_t n)
+{
+	return region_write(c, index, off, buf, n, 0);
 }
 
 /*
@@ -499,19 +501,10 @@ void vfu_bar0_wr32(struct vfu_client *c, uint32_t off, uint32_t v)
  */
 void vfu_bar0_post32(struct vfu_client *c, uint32_t off, uint32_t v)
 {
-	uint8_t p[20];
-	uint32_t index = 0, n = 4;
-	uint64_t o = off;
-
-	if (!c->post_writes) {
+	if (!c->post_writes)
 		vfu_bar0_wr32(c, off, v);
-		return;
-	}
-	memcpy(p, &o, 8);
-	memcpy(p + 8, &index, 4);
-	memcpy(p + 12, &n, 4);
-	memcpy(p + 16, &v, 4);
-	post(c, CMD_REGION_WRITE, p, sizeof(p)); /* a broken connection is latched in c->failed */
+	else
+		region_write(c, 0, off, &v, 4, 1); /* a broken connection is latched in c->failed */
 }
 
 static int set_irqs(struct vfu_client *c, uint32_t flags, uint32_t count, const int *fds, int nfds)

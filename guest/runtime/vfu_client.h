@@ -27,7 +27,6 @@ struct vfu_client {
 	uint32_t nirq;
 	int post_writes;         /* vfu_bar0_post32 posts (NO_REPLY); VUGPU_HOST_NO_POSTED_WRITES=1: not */
 	uint64_t messages;
-	uint64_t posted;         /* of which posted */
 	uint64_t refused;        /* BAR0 accesses the server answered with an error (not final) */
 	uint64_t stale_replies;  /* header-only replies to earlier requests, dropped (restarts) */
 };
