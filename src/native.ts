@@ -10,10 +10,11 @@ export interface Extent {
   fd: number;        // memfd (VRAM) or a guest-RAM fd from DMA_MAP
   offset: number;    // byte offset into the fd (page aligned for map windows)
   length: number;    // bytes
-  /** The same bytes as the server maps them already (a DMA map's mmap), valid while the turn
-   * that resolved the extent runs: reads then need no system call (bus.ts readExtents). Native
-   * code ignores it. */
-  view?: Uint8Array;
+  /** Where the server maps the same bytes already (a DMA map's mmap) and at which offset in it,
+   * valid while the turn that resolved the extent runs: reads then need no system call (bus.ts
+   * readExtents). Native code ignores both. */
+  mem?: ArrayBuffer;
+  memOffset?: number;
 }
 
 /** A contiguous host view over scattered extents, made with mmap(MAP_FIXED) per extent. */

@@ -264,10 +264,10 @@ export class DmaTable {
       const last = extents[extents.length - 1];
       if (last && last.fd === m.fd && last.offset + last.length === off) {
         last.length += n;
-        last.view = undefined; // two maps' mappings are not one view
+        last.mem = last.memOffset = undefined; // two maps' mappings are not one range of memory
       } else {
         // the map's own mapping, for readers that need no system call (the engine's bus.ts)
-        extents.push({ fd: m.fd, offset: off, length: n, view: m.ab ? new Uint8Array(m.ab, m.delta + (at - m.addr), n) : undefined });
+        extents.push({ fd: m.fd, offset: off, length: n, mem: m.ab ?? undefined, memOffset: m.ab ? m.delta + (at - m.addr) : undefined });
       }
       at += n;
       i++;

@@ -70,9 +70,10 @@ export function readExtents(vram: VramView, extents: Extent[], dst: Uint8Array):
   for (const e of extents) {
     if (e.fd === vram.fd) {
       dst.set(vram.u8.subarray(e.offset, e.offset + e.length), at);
-    } else if (e.view !== undefined && e.view.length === e.length) {
-      // a DMA map the server holds mapped: a launch reads its parameters without a pread
-      dst.set(e.view, at);
+    } else if (e.mem !== undefined && e.memOffset! + e.length <= e.mem.byteLength) {
+      // a DMA map the server holds mapped (an unmapped one has no bytes left): a launch reads its
+      // parameters without a pread
+      dst.set(new Uint8Array(e.mem, e.memOffset, e.length), at);
     } else if (native.pread(e.fd, dst.subarray(at, at + e.length), e.offset) !== e.length) {
       return false;
     }
@@ -96,17 +97,17 @@ export function writeExtents(vram: VramView, extents: Extent[], src: Uint8Array)
   return true;
 }
 
-/** Append e to list, merging with the previous extent when contiguous in the same fd (a view
- * survives a merge only where the two views continue each other in one mapping). */
-export function pushExtent(list: Extent[], fd: number, offset: number, length: number, view?: Uint8Array): void {
+/** Append an extent to list, merging with the previous one when contiguous in the same fd (its
+ * mapping survives a merge only where both lie in one mapping, one after the other). */
+export function pushExtent(list: Extent[], fd: number, offset: number, length: number, mem?: ArrayBuffer, memOffset?: number): void {
   const last = list[list.length - 1];
   if (last && last.fd === fd && last.offset + last.length === offset) {
-    const v = last.view;
-    last.view = v !== undefined && view !== undefined && v.buffer === view.buffer && v.byteOffset + v.length === view.byteOffset
-      ? new Uint8Array(v.buffer, v.byteOffset, v.length + view.length)
-      : undefined;
+    if (last.mem !== undefined && (last.mem !== mem || last.memOffset! + last.length !== memOffset)) {
+      last.mem = undefined;
+      last.memOffset = undefined;
+    }
     last.length += length;
   } else {
-    list.push({ fd, offset, length, view });
+    list.push({ fd, offset, length, mem, memOffset: mem === undefined ? undefined : memOffset });
   }
 }

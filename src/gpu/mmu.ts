@@ -223,7 +223,7 @@ export class Mmu {
   private flushRun(bus: number, len: number, va: number, write: boolean, out: Extent[]): Fault | null {
     const ext = this.core.bus.resolve(bus, len, write);
     if (!ext) return { reason: FAULT.SYSMEM_UNMAPPED, va: this.firstUnmapped(bus, len, va, write), write };
-    for (const e of ext) pushExtent(out, e.fd, e.offset, e.length, e.view);
+    for (const e of ext) pushExtent(out, e.fd, e.offset, e.length, e.mem, e.memOffset);
     return null;
   }
 

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { native } from '../../src/native.ts';
+import { native, type Extent } from '../../src/native.ts';
 import { DmaTable, type DmaMapRequest, type DmaMappingInfo } from '../../src/device-model/dma.ts';
 import { countFds, memfdWith, uniqueName } from './helpers.ts';
 
@@ -28,7 +28,7 @@ function req(addr: number, size: number, fd: number, extra: Partial<DmaMapReques
   return { addr, size, offset: 0, fd, ...rw, ...extra };
 }
 
-/** A translation without its extents' views (what native code is handed). */
+/** A translation without its extents' mappings (what native code reads of it). */
 function plain(r: ReturnType<DmaTable['translate']>): unknown {
   return r.ok ? { ok: true, extents: r.extents.map(({ fd, offset, length }) => ({ fd, offset, length })) } : r;
 }
@@ -45,8 +45,9 @@ describe('DMA map table', () => {
     const check = new Uint8Array(4);
     const dup = t.translate(0x100000 + 16, 4, false);
     expect(plain(dup)).toEqual({ ok: true, extents: [{ fd, offset: MiB + 16, length: 4 }] });
-    // The extent's view is the table's own mapping of those bytes (the engine reads through it).
-    expect(dup.ok && Array.from(dup.extents[0]!.view!)).toEqual([1, 2, 3, 4]);
+    // The extent names the table's own mapping of those bytes (the engine reads through it).
+    const memOf = (e: Extent) => Array.from(new Uint8Array(e.mem!, e.memOffset, e.length));
+    expect(dup.ok && memOf(dup.extents[0]!)).toEqual([1, 2, 3, 4]);
     expect(native.pread(fd, check, MiB + 16)).toBe(4);
     expect(Array.from(check)).toEqual([1, 2, 3, 4]);
     const out = new Uint8Array(4);
@@ -161,9 +162,10 @@ describe('DMA map table', () => {
     // Copies cross the boundary too.
     const src = Uint8Array.from({ length: 300 }, (_, i) => i & 0xff);
     expect(t.write(MiB - 100, src)).toBeNull();
-    // each extent's view shows its own map's bytes
-    expect(r.ok && Array.from(r.extents[0]!.view!)).toEqual(Array.from(src.subarray(0, 100)));
-    expect(r.ok && Array.from(r.extents[1]!.view!)).toEqual(Array.from(src.subarray(100)));
+    // each extent's mapping holds its own map's bytes
+    const memOf = (e: Extent) => Array.from(new Uint8Array(e.mem!, e.memOffset, e.length));
+    expect(r.ok && memOf(r.extents[0]!)).toEqual(Array.from(src.subarray(0, 100)));
+    expect(r.ok && memOf(r.extents[1]!)).toEqual(Array.from(src.subarray(100)));
     const back = new Uint8Array(300);
     expect(t.read(MiB - 100, back)).toBeNull();
     expect(back).toEqual(src);
@@ -183,8 +185,8 @@ describe('DMA map table', () => {
     expect(t.fileCount).toBe(1);
     const r = t.translate(0, 2 * MiB, false);
     expect(plain(r)).toEqual({ ok: true, extents: [{ fd: a.fd, offset: 0, length: 2 * MiB }] });
-    // merged across two maps (two mappings): no view, readers pread
-    expect(r.ok && r.extents[0]!.view).toBeUndefined();
+    // merged across two maps (two mappings): no mapping, readers pread
+    expect(r.ok && r.extents[0]!.mem).toBeUndefined();
     // The fd stays open while any map of the file remains.
     expect(t.unmap(0, MiB)).toBe(0);
     expect(countFds(a.name)).toBe(1);
